@@ -1,0 +1,300 @@
+"""Exact private selection: permute-and-flip, the exponential mechanism, top-k by peeling.
+
+Both mechanisms choose one candidate from a public finite set given a score per candidate.
+With ``gamma_r = epsilon * (q_max - q_r) / (2 * sensitivity)`` (``/ sensitivity`` for monotone
+scores):
+
+* the **exponential mechanism** (McSherry-Talwar 2007) outputs r with probability proportional
+  to ``exp(-gamma_r)``. It is epsilon-DP, and also epsilon**2/8-zCDP (bounded range,
+  Cesar-Rogers 2021).
+* **permute-and-flip** (McKenna-Sheldon 2020) visits candidates in a uniformly random order and
+  stops at the first r whose coin of probability ``exp(-gamma_r)`` comes up. It is epsilon-DP,
+  never worse than the exponential mechanism in expected score and up to twice as good. It has
+  no zCDP bound better than pure DP's.
+
+Sampling is exact. Scores become exact rationals (:mod:`.exact_scores`), epsilon and the
+sensitivity are converted from floats exactly, and every coin is an exact Bernoulli(exp(-x))
+(:mod:`.bernoulli`) fed by uniform bits from the OS CSPRNG (:mod:`.randomness`).
+
+* Permute-and-flip is implemented through an equivalent form. The coins are independent of the
+  order, and the candidate of the best score has a coin of probability 1, so the first success
+  in a uniformly random order is a uniformly random member of the set of successes. We flip
+  every coin (vectorised) and pick one success uniformly.
+* The exponential mechanism is sampled by rejection: propose a uniformly random candidate,
+  accept it with probability ``exp(-gamma_r)`` (at most 1 since gammas are measured from the
+  maximum), repeat. Proposals are drawn and flipped in batches; the first accepted proposal in
+  draw order is returned, which is exactly the sequential algorithm. The expected number of
+  proposals is ``d / sum_r exp(-gamma_r) <= d``.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_dp._validation import (
+    check_positive_finite,
+    check_positive_int,
+    check_probability_open,
+    to_fraction,
+)
+from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
+from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_scores
+from beam_dp.mechanisms.randomness import RandomSource, as_random_source
+
+__all__ = [
+    "METHODS",
+    "Method",
+    "score_loss_bound",
+    "select",
+    "selection_probabilities",
+    "top_k",
+]
+
+Method = Literal["permute_and_flip", "exponential"]
+METHODS: tuple[Method, ...] = ("permute_and_flip", "exponential")
+
+_MAX_BATCH = 1 << 20
+
+
+def _check_method(method: str) -> Method:
+    if method == "permute_and_flip":
+        return "permute_and_flip"
+    if method == "exponential":
+        return "exponential"
+    raise ValueError(f"'method' must be one of {list(METHODS)}; received {method!r}")
+
+
+def _rate(
+    epsilon: float | Fraction, sensitivity: float | Fraction, monotonic: bool, unit: Fraction
+) -> Fraction:
+    """The exact c with gamma_r = c * integer_gap_r."""
+    check_positive_finite(epsilon, "epsilon")
+    check_positive_finite(sensitivity, "sensitivity")
+    divisor = 1 if monotonic else 2
+    return (
+        to_fraction(epsilon, "epsilon") * unit / (divisor * to_fraction(sensitivity, "sensitivity"))
+    )
+
+
+def _permute_and_flip(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
+    coins = bernoulli_exp_multiples(rate, gaps, source)
+    successes = np.flatnonzero(coins)  # never empty: a zero gap has a coin of probability 1
+    return int(successes[source.randbelow(successes.size)])
+
+
+def _batch_size(gaps: npt.NDArray[Any], rate: Fraction) -> int:
+    """Proposals per batch: about 3x the expected number needed (performance only)."""
+    d = int(gaps.shape[0])
+    weights = np.exp(-float(rate) * gaps.astype(np.float64))
+    expected = d / max(float(weights.sum()), 1.0)
+    return int(min(_MAX_BATCH, max(16, math.ceil(3 * expected))))
+
+
+def _exponential(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
+    d = int(gaps.shape[0])
+    if d == 1:
+        return 0
+    batch = _batch_size(gaps, rate)
+    while True:
+        proposals = source.below(d, batch)
+        accepted = np.flatnonzero(bernoulli_exp_multiples(rate, gaps[proposals], source))
+        if accepted.size:
+            return int(proposals[accepted[0]])
+
+
+def _select_exact(
+    scores: ExactScores,
+    where: npt.NDArray[np.int64] | None,
+    rate: Fraction,
+    method: Method,
+    source: RandomSource,
+) -> int:
+    gaps = scores.gaps(where)
+    if method == "permute_and_flip":
+        chosen = _permute_and_flip(gaps, rate, source)
+    else:
+        chosen = _exponential(gaps, rate, source)
+    return chosen if where is None else int(where[chosen])
+
+
+def select(
+    scores: ScoresLike,
+    *,
+    epsilon: float | Fraction,
+    sensitivity: float | Fraction,
+    monotonic: bool = False,
+    method: Method = "permute_and_flip",
+    rng: RandomSource | np.random.Generator | None = None,
+) -> int:
+    """Choose one candidate privately and return its index.
+
+    Args:
+        scores: one score per public candidate (ints, floats or Fractions; higher is better).
+            Converted to exact rationals; NaN and infinity are refused.
+        epsilon: the privacy parameter spent by this selection (> 0, finite).
+        sensitivity: the largest change of any one candidate's score between neighbouring
+            datasets (> 0, finite), in the units of ``scores``.
+        monotonic: True when, between any two neighbours, all scores move in the same direction;
+            the mechanism then uses ``epsilon / sensitivity`` instead of half of it.
+        method: ``"permute_and_flip"`` (default) or ``"exponential"``.
+        rng: ``None`` for the OS CSPRNG; a seeded source only in tests (it warns).
+
+    Returns:
+        The index of the chosen candidate.
+
+    Privacy:
+        epsilon-DP with respect to whichever neighbouring relation ``sensitivity`` and
+        ``monotonic`` were derived for. ``method="exponential"`` is also epsilon**2/8-zCDP.
+        Only the index is released.
+
+    Raises:
+        ValueError: empty or non-finite scores, or epsilon or sensitivity not > 0 and finite.
+    """
+    chosen_method = _check_method(method)
+    exact = exact_scores(scores)
+    rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
+    return _select_exact(exact, None, rate, chosen_method, as_random_source(rng))
+
+
+def top_k(
+    scores: ScoresLike,
+    k: int,
+    *,
+    epsilon: float | Fraction,
+    sensitivity: float | Fraction,
+    monotonic: bool = False,
+    method: Method = "permute_and_flip",
+    rng: RandomSource | np.random.Generator | None = None,
+) -> list[int]:
+    """Choose ``k`` distinct candidates by peeling: ``k`` selections at ``epsilon / k`` each.
+
+    Round ``i`` selects among the candidates not chosen in rounds ``1..i-1``.
+
+    Returns:
+        The indices of the chosen candidates, in the order they were chosen.
+
+    Privacy:
+        Each round is an (epsilon/k)-DP selection, so the k rounds together are epsilon-DP by
+        basic composition. With ``method="exponential"`` each round is also (epsilon/k)**2/8-zCDP,
+        so the whole is epsilon**2/(8k)-zCDP: account it that way when many selections compose.
+        Permute-and-flip rounds must be accounted as pure DP only.
+    """
+    chosen_method = _check_method(method)
+    check_positive_int(k, "k")
+    exact = exact_scores(scores)
+    if k > len(exact):
+        raise ValueError(
+            f"'k' must be at most the number of candidates ({len(exact)}); received {k}"
+        )
+    check_positive_finite(epsilon, "epsilon")
+    rate = _rate(to_fraction(epsilon, "epsilon") / k, sensitivity, monotonic, exact.unit)
+    source = as_random_source(rng)
+    remaining = np.ones(len(exact), dtype=bool)
+    chosen: list[int] = []
+    for _ in range(k):
+        where = np.flatnonzero(remaining)
+        index = _select_exact(exact, where, rate, chosen_method, source)
+        chosen.append(index)
+        remaining[index] = False
+    return chosen
+
+
+def _float_gammas(
+    scores: ScoresLike, epsilon: float | Fraction, sensitivity: float | Fraction, monotonic: bool
+) -> npt.NDArray[np.float64]:
+    exact = exact_scores(scores)
+    rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
+    gaps = exact.gaps()
+    return float(rate) * gaps.astype(np.float64)
+
+
+def _permute_and_flip_probabilities(gammas: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """P(r) = p_r * E[1 / (1 + #other successes)] = p_r * int_0^1 prod_{s != r} (1 - p_s u) du.
+
+    The integrand is a polynomial in u that decays roughly like exp(-u * sum_s p_s); it is
+    integrated with Gauss-Legendre on panels that are geometrically finer near u = 0. Equal
+    coin probabilities are grouped, so the cost is (panels * nodes * distinct scores).
+    """
+    values, inverse, counts = np.unique(gammas, return_inverse=True, return_counts=True)
+    probs = np.exp(-values)
+    rate = float((counts * probs).sum())
+    edges = [0.0]
+    width = 1.0 / (64.0 * rate)
+    while edges[-1] + width < 1.0:
+        edges.append(edges[-1] + width)
+        width *= 2.0
+    edges.append(1.0)
+    nodes, weights = np.polynomial.legendre.leggauss(48)
+    left = np.array(edges[:-1])
+    right = np.array(edges[1:])
+    half = (right - left) / 2.0
+    u = ((nodes[None, :] + 1.0) * half[:, None] + left[:, None]).ravel()
+    w = (weights[None, :] * half[:, None]).ravel()
+    log_terms = np.log1p(-np.outer(u, probs))  # (points, groups); -inf only if p = 1 and u = 1
+    log_all = log_terms @ counts
+    integrals = np.exp(log_all[:, None] - log_terms).T @ w
+    per_candidate = probs * integrals
+    result: npt.NDArray[np.float64] = per_candidate[inverse]
+    normalised: npt.NDArray[np.float64] = result / result.sum()
+    return normalised
+
+
+def selection_probabilities(
+    scores: ScoresLike,
+    *,
+    epsilon: float | Fraction,
+    sensitivity: float | Fraction,
+    monotonic: bool = False,
+    method: Method = "permute_and_flip",
+) -> npt.NDArray[np.float64]:
+    """The exact output distribution of :func:`select`, in floating point.
+
+    For tests, and for users who want to see the distribution on public data. This function
+    is never used to sample a release. The exponential mechanism is computed in log-space
+    (shifted by the maximum); permute-and-flip by the closed form of McKenna and Sheldon
+    (2020), ``P(r) = p_r * E[1 / (1 + number of other successful coins)]``, integrated
+    numerically.
+
+    Returns:
+        One probability per candidate; the array sums to 1.
+    """
+    chosen_method = _check_method(method)
+    gammas = _float_gammas(scores, epsilon, sensitivity, monotonic)
+    if chosen_method == "exponential":
+        weights: npt.NDArray[np.float64] = np.exp(-gammas)
+        normalised: npt.NDArray[np.float64] = weights / weights.sum()
+        return normalised
+    return _permute_and_flip_probabilities(gammas)
+
+
+def score_loss_bound(
+    num_candidates: int,
+    *,
+    epsilon: float,
+    sensitivity: float,
+    confidence: float = 0.95,
+    monotonic: bool = False,
+) -> float:
+    """The utility guarantee: with probability >= ``confidence`` the loss is below this bound.
+
+    ``P[q(Y) <= q_max - 2 * sensitivity * (ln d + t) / epsilon] <= exp(-t)`` with
+    ``t = ln(1 / (1 - confidence))`` (Dwork-Roth Thm 3.11; seed 002, Prop. 1.4); ``sensitivity``
+    replaces ``2 * sensitivity`` for monotone scores. It holds for permute-and-flip as well: the
+    probability that PF outputs r is at most r's coin probability, which is the exponential
+    mechanism's bound term by term.
+
+    Returns:
+        The bound on ``q_max - q(Y)``, in the units of the scores.
+    """
+    check_positive_int(num_candidates, "num_candidates")
+    check_positive_finite(epsilon, "epsilon")
+    check_positive_finite(sensitivity, "sensitivity")
+    check_probability_open(confidence, "confidence")
+    t = -math.log1p(-float(confidence))
+    factor = 1.0 if monotonic else 2.0
+    return factor * float(sensitivity) * (math.log(num_candidates) + t) / float(epsilon)

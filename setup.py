@@ -1,0 +1,50 @@
+"""Package metadata and dependencies for beam-dp (the single source of both)."""
+
+from setuptools import find_packages, setup
+
+TEST_REQUIRES = [
+    "pytest>=8",
+    "pytest-xdist>=3",
+    "hypothesis>=6.100",
+    "scipy>=1.11",
+    "mypy>=1.10",
+    "ruff>=0.6",
+]
+
+BENCHMARK_REQUIRES = [
+    "opendp==0.16.0",
+    "pipeline-dp==0.3.1",
+    "diffprivlib==0.6.6",
+    "scikit-learn>=1.7,<1.8",
+]
+
+setup(
+    name="beam-dp",
+    version="0.1.0",
+    description=(
+        "Differentially private selection (exact exponential mechanism and permute-and-flip) "
+        "for Apache Beam pipelines."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["beam_dp", "beam_dp.*", "pipelines", "pipelines.*"]),
+    package_data={"beam_dp": ["py.typed"]},
+    install_requires=[
+        "apache-beam[dask]==2.77.0",
+        "numpy>=1.26",
+        "pyarrow>=14",
+        "fastavro>=1.9",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "test": TEST_REQUIRES,
+        "benchmarks": BENCHMARK_REQUIRES,
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Security",
+        "Topic :: Scientific/Engineering :: Mathematics",
+    ],
+)
