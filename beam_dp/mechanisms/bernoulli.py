@@ -6,11 +6,12 @@ Three layers, each exact given uniform random bits:
   uniform random 16-bit digits with the base-2**16 expansion of ``p``, lazily: a lane is decided
   at the first digit where it differs from ``p`` and only tied lanes draw another digit.
 * :func:`bernoulli_exp` flips ``n`` coins of probability ``exp(-gamma)`` for one rational
-  ``gamma >= 0``, with the method of Canonne, Kamath and Steinke (2020, "The Discrete Gaussian
+  ``gamma >= 0`` with the method of Canonne, Kamath and Steinke (2020, "The Discrete Gaussian
   for Differential Privacy", Algorithm 1): for ``gamma`` in [0, 1], draw ``A_k ~
   Bernoulli(gamma / k)`` for ``k = 1, 2, ...`` until the first failure ``K``; then
-  ``P[K odd] = exp(-gamma)``. Larger ``gamma`` splits as ``exp(-1) ** floor(gamma) *
-  exp(-frac(gamma))``.
+  ``P[K odd] = exp(-gamma)``. Since only the law of ``K`` matters, ``K`` is read off a single
+  uniform per lane (see :func:`_bernoulli_exp_at_most_one`). Larger ``gamma`` splits as
+  ``exp(-1) ** floor(gamma) * exp(-frac(gamma))``.
 * :func:`bernoulli_exp_multiples` flips, for every lane ``i``, a coin of probability
   ``exp(-c * g[i])`` for one rational ``c`` and non-negative integers ``g``. It writes ``g`` in
   binary, ``exp(-c g) = prod over set bits j of exp(-c 2**j)``, so every coin it flips has a
@@ -22,7 +23,9 @@ No floating-point number is involved in any probability: every comparison is bet
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -62,22 +65,122 @@ def bernoulli_rational(p: Fraction, n: int, source: RandomSource) -> BoolArray:
     return out
 
 
-def _bernoulli_exp_at_most_one(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
-    """Bernoulli(exp(-gamma)) for 0 <= gamma <= 1 (Canonne-Kamath-Steinke)."""
-    out = np.zeros(n, dtype=bool)
-    if gamma == 0:
-        out[:] = True
-        return out
-    active = np.arange(n)
+_STAGE_BITS = 16
+_MAX_STAGE_BITS = 64
+_TABLE_MIN_LANES = 1 << 16
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_thresholds(gamma: Fraction, bits: int) -> tuple[int, npt.NDArray[np.uint64]]:
+    """(always, scaled): how many t_k = gamma**k / k! are >= 1, and floor(t_k * 2**bits)
+    ascending for the t_k in [2**-bits, 1)."""
+    scale = 1 << bits
+    limit = Fraction(1, scale)
+    always = 0
+    scaled: list[int] = []
+    t = Fraction(1)
     k = 1
-    while active.size:
-        success = bernoulli_rational(gamma / k, active.size, source)
-        # Lanes whose first failure is at step k have K = k: the coin is 1 when k is odd.
-        if k % 2 == 1:
-            out[active[~success]] = True
-        active = active[success]
+    while True:
+        t = t * gamma / k
+        if t < limit:
+            break
+        if t >= 1:
+            always += 1
+        else:
+            scaled.append(int(t * scale))
         k += 1
-    return out
+    return always, np.array(sorted(scaled), dtype=np.uint64)
+
+
+def _stage(
+    gamma: Fraction, prefix: npt.NDArray[np.uint64], bits: int
+) -> tuple[npt.NDArray[np.int64], BoolArray]:
+    """#{k : U < t_k} from U's first ``bits`` bits ``prefix``, and which lanes are undecided.
+
+    A lane is undecided when its prefix equals floor(t_k * 2**bits) for some k (t_k lies in
+    the lane's interval) or is zero (the infinitely many t_k below 2**-bits may exceed U).
+    """
+    always, scaled = _stage_thresholds(gamma, bits)
+    right = np.searchsorted(scaled, prefix, side="right")
+    count = (scaled.size - right).astype(np.int64) + always
+    if scaled.size:
+        tied = ((right > 0) & (scaled[np.maximum(right - 1, 0)] == prefix)) | (prefix == 0)
+    else:
+        tied = prefix == 0
+    return count, tied
+
+
+@functools.lru_cache(maxsize=64)
+def _stage_table(gamma: Fraction) -> tuple[npt.NDArray[np.int8], BoolArray]:
+    """The first stage for every possible 16-bit prefix: a lookup replaces the search."""
+    count, tied = _stage(gamma, np.arange(1 << _STAGE_BITS, dtype=np.uint64), _STAGE_BITS)
+    return (count % 2).astype(np.int8), tied
+
+
+def _count_below_exact(gamma: Fraction, prefix: int, bits: int, source: RandomSource) -> int:
+    """#{k >= 1 : U < gamma**k / k!} for U uniform given its first ``bits`` bits ``prefix``.
+
+    The last, exact resort (reached with probability about 2**-64 per coin): more bits of U
+    are drawn until every threshold is decided.
+    """
+    low = Fraction(prefix, 1 << bits)
+    width = Fraction(1, 1 << bits)
+    while True:
+        high = low + width
+        count = 0
+        undecided = False
+        t = Fraction(1)
+        k = 1
+        while True:
+            t = t * gamma / k
+            if t < low:
+                break  # every later threshold is smaller still: U is above all of them
+            if t >= high:
+                count += 1
+            else:
+                undecided = True
+            k += 1
+        if not undecided:
+            return count
+        width = width / (1 << 64)
+        low = low + int(source.words64(1)[0]) * width
+
+
+def _bernoulli_exp_at_most_one(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
+    """Bernoulli(exp(-gamma)) for 0 <= gamma <= 1, from one uniform U per lane.
+
+    Canonne-Kamath-Steinke draw A_k ~ Bernoulli(gamma / k) until the first failure K and
+    return [K odd]. Only the law of K matters: P[K > k] = gamma**k / k! =: t_k, which is
+    non-increasing in k. So K - 1 can be read off one uniform U as #{k >= 1 : U < t_k} (the
+    events {U < t_k} are nested with exactly those probabilities), and the coin is
+    [K - 1 even]. U is drawn 16 bits at a time: the first 16 bits decide all but about one
+    lane in 5000; those draw 16 more, and so on to 64 bits, after which the exact rational
+    comparison of :func:`_count_below_exact` takes over.
+    """
+    if gamma == 0:
+        return np.ones(n, dtype=bool)
+    words = source.words16(n)
+    if gamma == 1 or n >= _TABLE_MIN_LANES:
+        parity, tied_table = _stage_table(gamma)
+        coins: BoolArray = parity[words] == 0
+        tied = tied_table[words]
+    else:
+        count, tied = _stage(gamma, words.astype(np.uint64), _STAGE_BITS)
+        coins = count % 2 == 0
+    lanes = np.flatnonzero(tied)
+    if not lanes.size:
+        return coins
+    prefix = words[lanes].astype(np.uint64)
+    bits = _STAGE_BITS
+    while lanes.size and bits < _MAX_STAGE_BITS:
+        bits += _STAGE_BITS
+        prefix = (prefix << np.uint64(_STAGE_BITS)) | source.words16(lanes.size).astype(np.uint64)
+        count, tied = _stage(gamma, prefix, bits)
+        coins[lanes] = count % 2 == 0
+        lanes, prefix = lanes[tied], prefix[tied]
+    for lane, value in zip(lanes.tolist(), prefix.tolist(), strict=True):
+        coins[lane] = _count_below_exact(gamma, int(value), bits, source) % 2 == 0
+    return coins
 
 
 def bernoulli_exp(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
@@ -101,10 +204,51 @@ def bernoulli_exp(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
     return out
 
 
+def _top_bits(multiples: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+    """floor(log2(m)) for positive int64 m, exactly (float rounding is corrected)."""
+    _, exponent = np.frexp(multiples.astype(np.float64))
+    top = exponent.astype(np.int64) - 1
+    if int(multiples.max()) < (1 << 53):  # exact in float64: no rounding to correct
+        return top.astype(np.int8)
+    one = np.int64(1)
+    too_high = (one << top) > multiples
+    top[too_high] -= 1
+    too_low = (top < 62) & ((one << np.minimum(top + 1, 62)) <= multiples)
+    top[too_low] += 1
+    return top.astype(np.int8)
+
+
+def _bernoulli_exp_multiples_objects(
+    c: Fraction, multiples: npt.NDArray[Any], source: RandomSource
+) -> BoolArray:
+    """The same coins for Python-int multiples (slow path for values beyond int64)."""
+    values = [int(m) for m in multiples]
+    alive = np.arange(len(values))
+    for bit in range(max(values).bit_length() - 1, -1, -1):
+        if not alive.size:
+            break
+        has_bit = np.fromiter(((values[i] >> bit) & 1 for i in alive), dtype=bool, count=alive.size)
+        lanes = np.flatnonzero(has_bit)
+        if not lanes.size:
+            continue
+        survived = bernoulli_exp(c * (1 << bit), lanes.size, source)
+        keep = np.ones(alive.size, dtype=bool)
+        keep[lanes[~survived]] = False
+        alive = alive[keep]
+    out = np.zeros(len(values), dtype=bool)
+    out[alive] = True
+    return out
+
+
 def bernoulli_exp_multiples(
-    c: Fraction, multiples: npt.NDArray[np.int64], source: RandomSource
+    c: Fraction, multiples: npt.NDArray[Any], source: RandomSource
 ) -> BoolArray:
     """Return one Bernoulli(exp(-``c`` * m)) coin per entry m of ``multiples``.
+
+    ``exp(-c m)`` is the product over the set bits j of m of ``exp(-c 2**j)``; the coin is the
+    AND of one coin per set bit. Bits are visited from the highest down, and a lane joins
+    when the walk reaches its own top bit, so lanes that die at their first (largest) coin,
+    which is most of them when m is large, cost one coin and nothing else.
 
     Args:
         c: a rational >= 0 shared by all lanes.
@@ -114,26 +258,36 @@ def bernoulli_exp_multiples(
     if c < 0:
         raise ValueError(f"'c' must be >= 0; received {c}")
     n = int(multiples.shape[0])
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    top = max(int(m) for m in multiples) if multiples.dtype == object else int(multiples.max())
-    alive = np.arange(n)
-    for bit in range(top.bit_length() - 1, -1, -1):
-        if not alive.size:
-            break
-        if multiples.dtype == object:
-            has_bit = np.fromiter(
-                ((int(m) >> bit) & 1 for m in multiples[alive]), dtype=bool, count=alive.size
-            )
-        else:
-            has_bit = ((multiples[alive] >> bit) & 1).astype(bool)
-        lanes = alive[has_bit]
-        if not lanes.size:
-            continue
-        survived = bernoulli_exp(c * (1 << bit), lanes.size, source)
-        keep = np.ones(alive.size, dtype=bool)
-        keep[np.flatnonzero(has_bit)[~survived]] = False
-        alive = alive[keep]
     out = np.zeros(n, dtype=bool)
-    out[alive] = True
+    if n == 0:
+        return out
+    if multiples.dtype == object:
+        return _bernoulli_exp_multiples_objects(c, multiples, source)
+    out[multiples == 0] = True
+    lanes = np.flatnonzero(multiples)
+    if not lanes.size:
+        return out
+    values = multiples[lanes]
+    top = _top_bits(values)
+    order = np.argsort(-top.astype(np.int16), kind="stable")  # top bit, descending
+    sorted_top = top[order]
+    survivors = np.zeros(0, dtype=np.int64)  # positions into `values`
+    start = 0
+    for bit in range(int(sorted_top[0]), -1, -1):
+        stop = start + int(
+            np.searchsorted(-sorted_top[start:].astype(np.int16), -bit, side="right")
+        )
+        entrants = order[start:stop]
+        start = stop
+        if survivors.size:
+            has_bit = ((values[survivors] >> bit) & 1).astype(bool)
+            flip = np.concatenate([entrants, survivors[has_bit]])
+            passing = survivors[~has_bit]
+        else:
+            flip, passing = entrants, survivors
+        if not flip.size:
+            continue
+        coins = bernoulli_exp(c * (1 << bit), flip.size, source)
+        survivors = np.concatenate([passing, flip[coins]])
+    out[lanes[survivors]] = True
     return out

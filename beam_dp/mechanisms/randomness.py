@@ -49,6 +49,10 @@ class RandomSource(ABC):
         """Return ``n`` independent uniform 16-bit words."""
         return np.frombuffer(self.random_bytes(2 * n), dtype=np.uint16)
 
+    def words32(self, n: int) -> npt.NDArray[np.uint32]:
+        """Return ``n`` independent uniform 32-bit words."""
+        return np.frombuffer(self.random_bytes(4 * n), dtype=np.uint32)
+
     def words64(self, n: int) -> npt.NDArray[np.uint64]:
         """Return ``n`` independent uniform 64-bit words."""
         return np.frombuffer(self.random_bytes(8 * n), dtype=np.uint64)

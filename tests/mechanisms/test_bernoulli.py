@@ -92,3 +92,43 @@ def test_invalid_parameters() -> None:
         bernoulli_rational(Fraction(3, 2), 1, SecureRandom())
     with pytest.raises(ValueError, match="'gamma'"):
         bernoulli_exp(Fraction(-1), 1, SecureRandom())
+
+
+class _FirstWordForced(RandomSource):
+    """The first 16-bit word of every lane is ``forced``; every later bit is truly random."""
+
+    secure = False
+
+    def __init__(self, forced: int):
+        self._forced = forced
+        self._first = True
+        self._secure = SecureRandom()
+
+    def random_bytes(self, n: int) -> bytes:
+        if self._first:
+            self._first = False
+            return np.full(n // 2, self._forced, dtype=np.uint16).tobytes()
+        return self._secure.random_bytes(n)
+
+
+def _forced_frequency(gamma: Fraction, forced: int, n: int) -> float:
+    return float(bernoulli_exp(gamma, n, _FirstWordForced(forced)).mean())
+
+
+def test_tied_first_digit_is_resolved_exactly() -> None:
+    # gamma = 1/3: the first digit 21845 = floor(2**16 / 3) ties with t_1 = 1/3. Given that
+    # digit U is uniform on [21845, 21846) / 2**16, and U < 1/3 with probability 1/3 (the
+    # fractional part of 2**16 / 3); the coin is 1 exactly when U >= 1/3: probability 2/3.
+    n = 60_000
+    successes = round(_forced_frequency(Fraction(1, 3), 21845, n) * n)
+    assert stats.binomtest(successes, n, 2 / 3).pvalue > FPR
+
+
+def test_zero_first_digit_reaches_the_tiny_thresholds() -> None:
+    # gamma = 1, first digit 0: U < 2**-16, below t_1..t_8 = 1/k! for sure; t_9 = 1/9! and
+    # smaller are compared with more bits. P[count >= j] = min(1, 2**16 / j!) given the digit.
+    tail = [min(1.0, 65536 / math.factorial(j)) for j in range(8, 20)] + [0.0]
+    p_even = sum(tail[i] - tail[i + 1] for i in range(0, len(tail) - 1, 2))
+    n = 60_000
+    successes = round(_forced_frequency(Fraction(1), 0, n) * n)
+    assert stats.binomtest(successes, n, p_even).pvalue > FPR
