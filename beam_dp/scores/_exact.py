@@ -1,0 +1,187 @@
+"""Exact rational helpers shared by the scores (no float arithmetic that can round).
+
+Everything here either returns exact rationals (``Fraction``, Python ``int``) or floats chosen so
+that a float comparison answers an exact rational question.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+INT64_MAX = 2**63 - 1
+
+# Decimals with at most this many significant digits survive a round trip through a double:
+# two different ones never round to the same float, which makes float comparisons against the
+# nearest float of such a decimal exact (see ``Revenue``).
+MAX_SIGNIFICANT_DIGITS = 15
+
+# Mantissas are split into two halves so that int64 sums of up to 2**36 values cannot overflow.
+_HALF_BITS = 26
+_HALF_MASK = (1 << _HALF_BITS) - 1
+
+
+def check_fits_int64(bound: int, what: str) -> None:
+    """Raise ValueError unless an integer of absolute value ``bound`` fits in int64."""
+    if bound > INT64_MAX:
+        raise ValueError(
+            f"{what} would exceed the int64 range of exact scores; "
+            "use fewer records or public parameters with smaller denominators"
+        )
+
+
+def as_float_array(values: npt.ArrayLike, name: str) -> npt.NDArray[np.float64]:
+    """Return ``values`` as a one-dimensional float64 array (a copy the caller may modify)."""
+    try:
+        array = np.array(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"'{name}' must be an array of real numbers") from error
+    return array
+
+
+def as_index_array(values: npt.ArrayLike, name: str, size: int) -> npt.NDArray[np.int64]:
+    """Return ``values`` as a one-dimensional int64 array of indices in ``[0, size)``."""
+    array = np.asarray(values)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(
+            f"'{name}' must hold integer candidate indices; received dtype {array.dtype}"
+        )
+    array = array.ravel()
+    if int(array.min()) < 0 or int(array.max()) >= size:
+        raise ValueError(f"'{name}' must hold candidate indices in [0, {size})")
+    return array.astype(np.int64)
+
+
+def as_count_array(values: npt.ArrayLike, name: str, size: int) -> npt.NDArray[np.int64]:
+    """Return ``values`` as an int64 array of ``size`` non-negative counts."""
+    array = np.asarray(values)
+    if array.shape != (size,):
+        raise ValueError(f"'{name}' must have shape ({size},); received shape {array.shape}")
+    if size and not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"'{name}' must hold integer counts; received dtype {array.dtype}")
+    array = array.astype(np.int64)
+    if size and int(array.min()) < 0:
+        raise ValueError(f"'{name}' must hold counts >= 0")
+    return array
+
+
+def decimal_fraction(value: object, name: str) -> Fraction:
+    """Rationalise ``value`` as the exact decimal it was written as.
+
+    A float becomes the shortest decimal that round-trips to it (``0.9`` -> ``9/10``, not the
+    binary value ``0.90000000000000002220...``); ``Fraction``, ``Decimal`` and integers are taken
+    unchanged. NaN, infinities, bools and strings are refused.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"'{name}' must be a real number; received type bool")
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, Integral):
+        return Fraction(int(value))
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise ValueError(f"'{name}' must be finite; received {value!r}")
+        return Fraction(value)
+    if isinstance(value, Real):
+        as_float = float(value)
+        if math.isnan(as_float) or math.isinf(as_float):
+            raise ValueError(f"'{name}' must be finite; received {value!r}")
+        # str() of a float (or numpy float) is its shortest round-trip decimal.
+        return Fraction(str(value) if isinstance(value, (float, np.floating)) else repr(as_float))
+    raise TypeError(f"'{name}' must be a real number; received type {type(value).__name__}")
+
+
+def decimal_places(value: Fraction) -> int | None:
+    """Number of decimal places of ``value``, or None if it is not a terminating decimal."""
+    denominator = value.denominator
+    twos = fives = 0
+    while denominator % 2 == 0:
+        denominator //= 2
+        twos += 1
+    while denominator % 5 == 0:
+        denominator //= 5
+        fives += 1
+    if denominator != 1:
+        return None
+    return max(twos, fives)
+
+
+def significant_digits(value: Fraction, places: int) -> int:
+    """Number of significant decimal digits of a terminating decimal with ``places`` places."""
+    mantissa = abs(value.numerator * 10**places // value.denominator)
+    if mantissa == 0:
+        return 0
+    while mantissa % 10 == 0:
+        mantissa //= 10
+    return len(str(mantissa))
+
+
+def float_at_least(value: Fraction) -> float:
+    """The smallest float ``f >= value``: for every float ``x``, ``x >= value`` iff ``x >= f``."""
+    nearest = float(value)  # correctly rounded
+    if Fraction(nearest) < value:
+        nearest = float(np.nextafter(nearest, math.inf))
+    return nearest
+
+
+def float_at_most(value: Fraction) -> float:
+    """The largest float ``f <= value``: for every float ``x``, ``x <= value`` iff ``x <= f``."""
+    nearest = float(value)
+    if Fraction(nearest) > value:
+        nearest = float(np.nextafter(nearest, -math.inf))
+    return nearest
+
+
+def exact_float_sum(values: npt.NDArray[np.float64]) -> Fraction:
+    """The exact rational sum of finite floats (vectorised; no rounding anywhere).
+
+    Each float is ``mantissa * 2**exponent`` with an integer mantissa below ``2**53``; mantissas
+    are summed per exponent in int64 (split in two halves so that no sum overflows) and the
+    per-exponent sums are combined with Python integers.
+    """
+    if values.size == 0:
+        return Fraction(0)
+    if not np.all(np.isfinite(values)):
+        raise ValueError("exact sums are defined for finite values only")
+    fractions, exponents = np.frexp(values)
+    mantissas = np.ldexp(fractions, 53).astype(np.int64)  # exact: scaling by a power of two
+    exponents = exponents.astype(np.int64) - 53
+    order = np.argsort(exponents, kind="stable")
+    mantissas = mantissas[order]
+    exponents = exponents[order]
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(exponents)) + 1))
+    high = np.add.reduceat(mantissas >> _HALF_BITS, starts)
+    low = np.add.reduceat(mantissas & _HALF_MASK, starts)
+    group_exponents = exponents[starts]
+    base = int(group_exponents[0])
+    total = 0
+    for h, lo, e in zip(high.tolist(), low.tolist(), group_exponents.tolist(), strict=True):
+        total += ((h << _HALF_BITS) + lo) << (e - base)
+    return Fraction(total) * Fraction(2) ** base
+
+
+def float_tuple(values: Any, name: str) -> tuple[float, ...]:
+    """Validate a public grid: non-empty, finite, strictly increasing floats."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"'{name}' must be a sequence of real numbers")
+    try:
+        array = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"'{name}' must be a sequence of real numbers") from error
+    if array.ndim != 1:
+        raise ValueError(f"'{name}' must be one-dimensional; received shape {array.shape}")
+    if array.size == 0:
+        raise ValueError(f"'{name}' must hold at least one candidate")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"'{name}' must hold finite values (no NaN or infinity)")
+    if array.size > 1 and not np.all(np.diff(array) > 0):
+        raise ValueError(f"'{name}' must be sorted strictly increasing")
+    return tuple(array.tolist())
