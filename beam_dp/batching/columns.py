@@ -169,14 +169,27 @@ def _column(table: pa.RecordBatch | pa.Table, name: str, source: str) -> pa.Arra
     return column
 
 
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+
+
 def _numeric(
     array: pa.Array, name: str, source: str
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """The column as float64 and a mask of bad entries (null or NaN)."""
-    if not (
+    """The column as float64 and a mask of bad entries (null, NaN, or text that is no number).
+
+    Text columns (CSV, JSON lines) are parsed entry by entry, so one bad entry is one bad
+    record, not a bad column.
+    """
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        array = pc.utf8_trim_whitespace(array)
+        parsable = pc.fill_null(pc.match_substring_regex(array, _NUMBER), False)
+        array = pc.if_else(parsable, array, pa.scalar(None, array.type))
+        array = pc.cast(array, pa.float64())
+    elif not (
         pa.types.is_integer(array.type)
         or pa.types.is_floating(array.type)
         or pa.types.is_decimal(array.type)
+        or pa.types.is_null(array.type)
     ):
         raise BadRecordError(
             f"{source}: field '{name}' has type {array.type} (rule: the field must be numeric)"

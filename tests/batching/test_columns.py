@@ -59,8 +59,17 @@ def test_fail_mode_names_source_field_and_rule_but_no_value() -> None:
 def test_missing_field_and_wrong_type() -> None:
     with pytest.raises(BadRecordError, match="field 'nope' is missing"):
         encode_batch(_table(), unit_column="nope")
-    with pytest.raises(BadRecordError, match=r"field 'site' has type string .*must be numeric"):
-        encode_batch(_table(), unit_column="user", value_column="site", on_bad_record="skip")
+    with pytest.raises(BadRecordError, match=r"field 'flag' has type bool .*must be numeric"):
+        encode_batch(pa.table({"flag": [True]}), unit_column=None, value_column="flag")
+
+
+def test_text_numbers_are_parsed_entry_by_entry() -> None:
+    table = pa.table({"v": ["1.5", " -2e3 ", "abc", None, "7"]})
+    batch = encode_batch(table, unit_column=None, value_column="v", on_bad_record="skip")
+    assert batch[VALUE].tolist() == [1.5, -2000.0, 7.0]
+    with pytest.raises(BadRecordError, match="'v' must be a number") as info:
+        encode_batch(table, unit_column=None, value_column="v", source="a.csv")
+    assert "abc" not in str(info.value)
 
 
 def test_lists_of_dicts_and_record_level_privacy() -> None:

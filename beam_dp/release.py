@@ -1,0 +1,135 @@
+"""The release record: what a job publishes for one statistic (DESIGN section 7).
+
+A :class:`Release` is the released value plus the :class:`~beam_dp.accounting.LedgerEntry`
+that says what it cost and how accurate it is. ``to_dict()`` is the JSON object written to
+``release.json``; ``release_document`` wraps several releases and the budget. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from beam_dp.accounting import LedgerEntry
+from beam_dp.mechanisms import score_loss_bound
+
+__all__ = ["Release", "make_release", "release_document"]
+
+
+def _jsonable(value: Any) -> Any:
+    """Numpy scalars and tuples to plain JSON types."""
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published value and its ledger entry.
+
+    Attributes:
+        value: the released value (a candidate label, a number, or a list of them for top-k
+            and multiple quantiles). Only a mechanism's output ever goes here.
+        ledger: what the release spent, its sensitivity, bounds and accuracy.
+        key: the public partition key for ``.PerKey`` releases.
+        window: a description of the window for windowed input (e.g. its bounds).
+        rng_secure: False when the release was sampled with a seeded test generator.
+    """
+
+    value: Any
+    ledger: LedgerEntry
+    key: Any = None
+    window: str | None = None
+    rng_secure: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.ledger.name
+
+    @property
+    def statistic(self) -> str:
+        return self.ledger.statistic
+
+    def to_dict(self) -> dict[str, Any]:
+        """The DESIGN section 7 release object (plain JSON types)."""
+        entry = self.ledger.to_dict()
+        out: dict[str, Any] = {
+            "name": entry.pop("name"),
+            "statistic": entry.pop("statistic"),
+            "value": _jsonable(self.value),
+        }
+        if self.key is not None:
+            out["key"] = _jsonable(self.key)
+        if self.window is not None:
+            out["window"] = self.window
+        out.update(entry)
+        out["rng"] = "os_csprng" if self.rng_secure else "insecure_seeded_test_generator"
+        return out
+
+
+def release_document(releases: Iterable[Release], budget: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole ``release.json`` object: ``releases`` and ``budget``."""
+    return {"releases": [r.to_dict() for r in releases], "budget": _jsonable(dict(budget))}
+
+
+def make_release(
+    *,
+    name: str,
+    statistic: str,
+    value: Any,
+    mechanism: str,
+    epsilon: float,
+    sensitivity: float,
+    neighbouring: str,
+    monotone: bool,
+    num_candidates: int,
+    contribution_bounds: Mapping[str, int],
+    confidence: float = 0.95,
+    rounds: int = 1,
+    extra_accuracy: Mapping[str, float] | None = None,
+    delta: float = 0.0,
+    rho: float | None = None,
+    key: Any = None,
+    window: str | None = None,
+    rng_secure: bool = True,
+) -> Release:
+    """Build a release whose ledger carries the utility guarantee at ``confidence``.
+
+    ``accuracy.score_loss`` is :func:`beam_dp.mechanisms.score_loss_bound` for one selection
+    at ``epsilon / rounds`` (the per-round epsilon of a top-k or multi-round release), with
+    the confidence split evenly over the rounds (a union bound), in the score's units.
+    ``extra_accuracy`` adds statistic-specific bounds (``rank_error``, ``cell_width``).
+    """
+    per_round_confidence = 1.0 - (1.0 - confidence) / rounds
+    accuracy: dict[str, float] = {
+        "confidence": confidence,
+        "score_loss": score_loss_bound(
+            num_candidates,
+            epsilon=epsilon / rounds,
+            sensitivity=sensitivity,
+            confidence=per_round_confidence,
+            monotonic=monotone,
+        ),
+    }
+    if extra_accuracy:
+        accuracy.update(extra_accuracy)
+    entry = LedgerEntry(
+        name=name,
+        statistic=statistic,
+        mechanism=mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        rho=rho,
+        sensitivity=sensitivity,
+        neighbouring=neighbouring,
+        monotone=monotone,
+        num_candidates=num_candidates,
+        contribution_bounds=dict(contribution_bounds),
+        accuracy=accuracy,
+    )
+    return Release(value=value, ledger=entry, key=key, window=window, rng_secure=rng_secure)
