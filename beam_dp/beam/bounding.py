@@ -43,9 +43,15 @@ class _EncodeFn(beam.DoFn):
         self._bad = Metrics.counter(_NAMESPACE, "bad_records_skipped")
         self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
 
-    def process(self, batch: Any) -> Iterator[ColumnBatch]:
+    def process(self, element: Any) -> Iterator[ColumnBatch]:
+        # Readers emit (file name, batch) so that errors can name the file.
+        options = self._options
+        batch = element
+        if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
+            options = {**options, "source": element[0]}
+            batch = element[1]
         stats = EncodeStats()
-        encoded = encode_batch(batch, stats=stats, **self._options)
+        encoded = encode_batch(batch, stats=stats, **options)
         self._rows.inc(stats.rows_read)
         if stats.bad_records:
             self._bad.inc(stats.bad_records)
@@ -57,6 +63,9 @@ class _EncodeFn(beam.DoFn):
 
 class EncodeBatches(beam.PTransform):
     """Reader output (RecordBatches, Tables, lists of dicts) to encoded column batches.
+
+    Elements may also be ``(file name, batch)`` pairs, as :class:`beam_dp.io.ReadExport`
+    emits them; errors then name the file.
 
     See :func:`beam_dp.batching.encode_batch` for the arguments and the bad-record rules.
     Aggregate counts (rows read, records skipped) are reported as Beam metrics in the

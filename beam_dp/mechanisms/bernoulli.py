@@ -204,18 +204,16 @@ def bernoulli_exp(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
     return out
 
 
-def _top_bits(multiples: npt.NDArray[np.int64]) -> npt.NDArray[np.int8]:
+def _top_bits(multiples: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
     """floor(log2(m)) for positive int64 m, exactly (float rounding is corrected)."""
-    _, exponent = np.frexp(multiples.astype(np.float64))
-    top = exponent.astype(np.int64) - 1
-    if int(multiples.max()) < (1 << 53):  # exact in float64: no rounding to correct
-        return top.astype(np.int8)
-    one = np.int64(1)
-    too_high = (one << top) > multiples
-    top[too_high] -= 1
-    too_low = (top < 62) & ((one << np.minimum(top + 1, 62)) <= multiples)
-    top[too_low] += 1
-    return top.astype(np.int8)
+    as_float = multiples.astype(np.float64)
+    # the biased exponent field of a positive float64 is floor(log2(x)) + 1023
+    top = ((as_float.view(np.uint64) >> np.uint64(52)).astype(np.int64)) - 1023
+    if int(multiples.max()) >= (1 << 53):  # rounding to float may have carried into a power of 2
+        top = np.minimum(top, 62)
+        one = np.int64(1)
+        top[(one << top) > multiples] -= 1
+    return top.astype(np.uint8)
 
 
 def _bernoulli_exp_multiples_objects(
@@ -269,13 +267,14 @@ def bernoulli_exp_multiples(
         return out
     values = multiples[lanes]
     top = _top_bits(values)
-    order = np.argsort(-top.astype(np.int16), kind="stable")  # top bit, descending
+    highest = int(top.max())
+    order = np.argsort(np.uint8(highest) - top, kind="stable")  # top bit, descending
     sorted_top = top[order]
     survivors = np.zeros(0, dtype=np.int64)  # positions into `values`
     start = 0
-    for bit in range(int(sorted_top[0]), -1, -1):
+    for bit in range(highest, -1, -1):
         stop = start + int(
-            np.searchsorted(-sorted_top[start:].astype(np.int16), -bit, side="right")
+            np.searchsorted(highest - sorted_top[start:], highest - bit, side="right")
         )
         entrants = order[start:stop]
         start = stop
