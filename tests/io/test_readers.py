@@ -100,7 +100,7 @@ def test_undecodable_file_fails_or_is_skipped(tmp_path: Path, fmt: str) -> None:
 
 
 def test_pattern_without_files_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(Exception, match="Empty match for pattern .*nothing-"):
+    with pytest.raises(Exception, match=r"Empty match for pattern .*nothing-"):
         _values(str(tmp_path / "nothing-*.avro"))
 
 
