@@ -1,0 +1,126 @@
+"""release.json / release.avro round-trip, atomic output directories, the HTML report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from beam_dp.accounting import PrivacyBudget
+from beam_dp.io.outputs import OUTPUT_FILES, atomic_output_dir, read_release_avro, write_outputs
+from beam_dp.release import make_release, release_document
+
+
+def _document() -> dict[str, object]:
+    budget = PrivacyBudget(1.0)
+    budget.spend("median_age", mechanism="permute_and_flip", epsilon=0.5)
+    budget.spend("top_site", mechanism="exponential", epsilon=0.25)
+    releases = [
+        make_release(
+            name="median_age",
+            statistic="median",
+            value=41.5,
+            mechanism="permute_and_flip",
+            epsilon=0.5,
+            sensitivity=0.5,
+            neighbouring="add_remove",
+            monotone=False,
+            num_candidates=1001,
+            contribution_bounds={"max_contributions_per_unit": 1},
+            extra_accuracy={"rank_error": 27.6, "cell_width": 0.1},
+        ),
+        make_release(
+            name="top_site",
+            statistic="top_candidates",
+            value=["a.com"],
+            mechanism="exponential",
+            epsilon=0.25,
+            sensitivity=1.0,
+            neighbouring="add_remove",
+            monotone=True,
+            num_candidates=100,
+            contribution_bounds={"max_candidates_per_unit": 3},
+            key="fr",
+        ),
+    ]
+    for release in releases:
+        budget.record(release.ledger)
+    return release_document(releases, budget.to_json())
+
+
+def test_json_and_avro_round_trip(tmp_path: Path) -> None:
+    document = _document()
+    out = write_outputs(document, tmp_path / "out")
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
+    from_json = json.loads((out / "release.json").read_text())
+    assert from_json == json.loads(json.dumps(document))
+    assert read_release_avro(out / "release.avro") == from_json
+    assert from_json["budget"]["epsilon_spent"] <= from_json["budget"]["epsilon_total"]
+    for release in from_json["releases"]:
+        for field in (
+            "name",
+            "statistic",
+            "value",
+            "mechanism",
+            "epsilon",
+            "delta",
+            "sensitivity",
+            "neighbouring",
+            "monotone",
+            "num_candidates",
+            "contribution_bounds",
+            "accuracy",
+        ):
+            assert field in release
+        assert "confidence" in release["accuracy"]
+
+
+def test_failed_job_leaves_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom"), atomic_output_dir(target) as staging:
+        (staging / "release.json").write_text("{}")
+        raise RuntimeError("boom")
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_shows_released_values_and_a_real_png(tmp_path: Path) -> None:
+    out = write_outputs(_document(), tmp_path / "out")
+    page = (out / "report.html").read_text()
+    assert "41.5" in page and "a.com" in page and "data:image/png;base64," in page
+    png = (out / "report.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    import matplotlib.image
+
+    image = matplotlib.image.imread(out / "report.png")
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_report_opens_in_headless_chromium(tmp_path: Path) -> None:
+    out = write_outputs(_document(), tmp_path / "out")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,900",
+            (out / "report.html").as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert shot.read_bytes().startswith(b"\x89PNG")
