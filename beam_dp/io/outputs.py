@@ -166,6 +166,7 @@ def _chart_png(document: Mapping[str, Any]) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     releases = list(document["releases"])
     budget = document["budget"]
@@ -198,7 +199,7 @@ def _chart_png(document: Mapping[str, Any]) -> bytes:
         right.set_yticks(list(ys), [label for label, _ in numeric])
         right.invert_yaxis()
         right.set_title("Released values (bars: grid cell width)")
-        right.xaxis.set_major_locator(plt.MaxNLocator(5))
+        right.xaxis.set_major_locator(MaxNLocator(5))
     else:
         right.axis("off")
     lines = [
