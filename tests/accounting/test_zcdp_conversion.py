@@ -98,7 +98,8 @@ def test_tight_conversion_at_least_rho_when_rho_at_least_delta(rho: float, delta
 @given(st.floats(min_value=1e-5, max_value=20.0), st.floats(min_value=1e-12, max_value=0.1))
 def test_tight_conversion_matches_brute_force_grid(rho: float, delta: float) -> None:
     ours = zcdp_to_approx_dp(rho, delta)
-    brute = brute_force_cks(rho, delta)
+    # the library reports (0, delta)-DP where the bound goes negative (tiny rho, large delta)
+    brute = max(brute_force_cks(rho, delta), 0.0)
     assert ours == pytest.approx(brute, abs=1e-9)
     # The grid can only land above the infimum; ours never falls below it by more than
     # the grid's own float rounding.
