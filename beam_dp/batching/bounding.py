@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from beam_dp.batching.columns import CANDIDATE, KEY, UNIT, VALUE, ColumnBatch, num_rows, take
 from beam_dp.batching.hashing import _mix
@@ -118,9 +119,11 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
     keep = np.arange(unit.size)
 
     if bounds.distinct_candidates and CANDIDATE in batch:
-        order = np.lexsort((batch[CANDIDATE], key, unit))
-        starts = _group_starts(unit[order], key[order], batch[CANDIDATE][order])
-        keep = order[starts]
+        # The first row of each (unit, key, candidate), found with Arrow's hash grouping
+        # (linear time; a lexsort of the three columns costs twice as much).
+        rows = pa.table({"u": unit, "k": key, "c": batch[CANDIDATE], "i": keep})
+        first = rows.group_by(["u", "k", "c"]).aggregate([("i", "min")])
+        keep = first.column("i_min").to_numpy()
 
     if bounds.max_keys_per_unit is not None and KEY in batch:
         u, k = unit[keep], key[keep]
@@ -144,4 +147,4 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
         ranks = _rank_within_groups(_group_starts(u[order], k[order]))
         keep = keep[order[ranks < bounds.max_contributions_per_unit]]
 
-    return take(batch, np.sort(keep))
+    return take(batch, keep)

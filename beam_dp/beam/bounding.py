@@ -105,7 +105,10 @@ class EncodeBatches(beam.PTransform):
 
 
 def _split_to_shards(batch: ColumnBatch, num_shards: int) -> Iterator[tuple[int, ColumnBatch]]:
-    shard = (batch[UNIT] % np.uint64(num_shards)).astype(np.int64)
+    # 16-bit shard ids sort with numpy's linear-time radix sort.
+    shard = (batch[UNIT] % np.uint64(num_shards)).astype(
+        np.uint16 if num_shards <= 1 << 16 else np.int64
+    )
     order = np.argsort(shard, kind="stable")
     sorted_shards = shard[order]
     boundaries = np.flatnonzero(np.diff(sorted_shards)) + 1

@@ -1,0 +1,224 @@
+"""DP key selection: keep the labels whose noisy distinct-unit count clears a threshold.
+
+When the candidates are not public (websites in the wild), a label read from the data may only
+be released if enough privacy units hold it. This module releases the *set* of labels whose
+count plus exact discrete Laplace noise reaches a threshold (the "Laplace thresholding" of
+Korolova et al. 2009 and Google's/PipelineDP's ``select_partitions``), sampled exactly.
+
+Let every privacy unit contribute to at most ``c`` distinct labels (enforced by contribution
+bounding) and let ``n_l`` be the number of distinct units holding label ``l``. Each label present
+in the data is kept when ``n_l + Z_l >= T``, with ``Z_l`` independent discrete Laplace noise,
+``P(Z = z) ∝ exp(-|z| ε / c)``, and the threshold ``T`` the smallest integer such that a label
+held by a single unit is kept with probability at most ``δ / c``.
+
+Privacy (add/remove one unit, which holds at most ``c`` labels):
+
+* labels present in both datasets: their count vectors differ by at most one on at most ``c``
+  labels (L1 distance ``c``), and discrete Laplace noise of scale ``c / ε`` makes the noisy
+  vector ε-DP; keeping the ones above ``T`` is post-processing.
+* labels that only the added unit holds (at most ``c``): each is kept with probability at most
+  ``δ / c``, so any of them with probability at most ``δ`` (a union bound).
+
+Together: (ε, δ)-DP. Without δ no threshold works (a label held by one unit would appear with
+positive probability in one dataset and never in its neighbour), hence the error in
+:func:`check_key_selection`.
+
+Discrete Laplace samples follow Canonne, Kamath and Steinke (2020), Algorithm 2: a geometric
+``X`` with ``P(X = x) ∝ exp(-x / t)`` built from a uniform ``U < t`` accepted with probability
+``exp(-U / t)`` and a geometric number of ``exp(-1)`` coins ``V`` (``X = U + t V``), then
+``Y = floor(X / s)`` and a random sign (rejecting ``-0``). With ``scale = c / ε = t / s`` exactly
+(ε as the exact rational its float denotes), ``P(Z = z) ∝ exp(-|z| s / t)``. Every coin is an
+exact Bernoulli from :mod:`.bernoulli`; bits come from the OS CSPRNG unless a test passes a
+seeded source.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_dp._validation import (
+    check_positive_finite,
+    check_positive_int,
+    check_probability_open,
+    to_fraction,
+)
+from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples
+from beam_dp.mechanisms.randomness import RandomSource, as_random_source
+
+__all__ = [
+    "check_key_selection",
+    "discrete_laplace",
+    "key_selection_threshold",
+    "release_probability",
+    "select_keys",
+    "sure_release_count",
+]
+
+_ONE = Fraction(1)
+_INT64_HEADROOM = 1 << 62
+
+NO_DELTA_HINT = (
+    "DP key selection needs delta > 0: a label held by a single privacy unit is released with "
+    "some probability when that unit is present and never when it is absent, which no pure "
+    "epsilon-DP mechanism allows; delta bounds that probability. Set delta well below "
+    "1 / (number of privacy units), e.g. 1e-6 or 1e-9, or pass the candidates as a public list "
+    "instead (then no delta is needed)"
+)
+
+
+def check_key_selection(epsilon: object, delta: object, max_keys_per_unit: object) -> None:
+    """Validate key-selection parameters; a missing or zero ``delta`` gets an explanation.
+
+    Raises:
+        ValueError: epsilon not > 0 and finite, delta not in (0, 1) (with the reason why it is
+            needed), or ``max_keys_per_unit`` not an integer >= 1.
+    """
+    check_positive_finite(epsilon, "epsilon")
+    is_number = isinstance(delta, (int, float, Fraction)) and not isinstance(delta, bool)
+    if delta is None or (is_number and float(delta) == 0.0):  # type: ignore[arg-type]
+        raise ValueError(f"'delta' is {delta!r}. {NO_DELTA_HINT}")
+    check_probability_open(delta, "delta")
+    check_positive_int(max_keys_per_unit, "max_keys_per_unit")
+
+
+def _scale(epsilon: float | Fraction, max_keys_per_unit: int) -> Fraction:
+    return Fraction(max_keys_per_unit) / to_fraction(epsilon, "epsilon")
+
+
+def discrete_laplace(
+    scale: float | Fraction,
+    n: int,
+    rng: RandomSource | np.random.Generator | None = None,
+) -> npt.NDArray[np.int64]:
+    """Return ``n`` exact samples with ``P(Z = z) ∝ exp(-|z| / scale)``.
+
+    Args:
+        scale: the noise scale (> 0, finite), converted to the exact rational it denotes.
+        n: number of samples (>= 0).
+        rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
+    """
+    check_positive_finite(scale, "scale")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"'n' must be an integer >= 0; received {n!r}")
+    source = as_random_source(rng)
+    exact = to_fraction(scale, "scale")
+    t, s = exact.numerator, exact.denominator  # scale = t / s
+    out = np.zeros(int(n), dtype=np.int64)
+    todo = np.arange(int(n))
+    rate = Fraction(1, t)
+    while todo.size:
+        # U uniform on [0, t), accepted with probability exp(-U / t).
+        if t <= (1 << 63):
+            u = source.below(t, todo.size)
+        else:  # a scale whose numerator needs more than 63 bits: exact Python integers
+            u = np.array([source.randbelow(t) for _ in range(todo.size)], dtype=object)
+        accepted = bernoulli_exp_multiples(rate, u, source)
+        lanes, u = todo[accepted], u[accepted]
+        # V: the number of exp(-1) coins that succeed before the first failure.
+        v = np.zeros(lanes.size, dtype=np.int64)
+        alive = np.arange(lanes.size)
+        while alive.size:
+            alive = alive[bernoulli_exp(_ONE, alive.size, source)]
+            v[alive] += 1
+        if u.dtype != object and lanes.size and int(v.max()) < (_INT64_HEADROOM // t) - 1:
+            y = (u + t * v) // s
+        else:  # astronomically rare: exact Python integers
+            y = np.array(
+                [(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64
+            )
+        negative = source.below(2, lanes.size).astype(bool)
+        keep = ~(negative & (y == 0))  # reject "-0" so that 0 is not counted twice
+        out[lanes[keep]] = np.where(negative[keep], -y[keep], y[keep])
+        done = np.zeros(todo.size, dtype=bool)
+        done[np.flatnonzero(accepted)[keep]] = True
+        todo = todo[~done]
+    return out
+
+
+def _tail(k: int, log_a: float) -> float:
+    """``P(Z >= k) = a**k / (1 + a)`` for k >= 1, with ``a = exp(log_a)``."""
+    return math.exp(k * log_a - math.log1p(math.exp(log_a)))
+
+
+def key_selection_threshold(epsilon: float | Fraction, delta: float, max_keys_per_unit: int) -> int:
+    """The smallest integer ``T`` such that ``P(1 + Z >= T) <= delta / max_keys_per_unit``.
+
+    ``Z`` is the discrete Laplace noise of :func:`select_keys`. Then a label held by a single
+    unit is released with probability at most ``delta / max_keys_per_unit``, and any of the
+    up to ``max_keys_per_unit`` labels a unit alone holds with probability at most ``delta``.
+    """
+    check_key_selection(epsilon, delta, max_keys_per_unit)
+    log_a = -float(to_fraction(epsilon, "epsilon")) / max_keys_per_unit
+    target = float(delta) / max_keys_per_unit
+    # P(Z >= k) = a^k / (1 + a) <= target  <=>  k >= (ln target + ln(1 + a)) / ln a.
+    k = max(1, math.ceil((math.log(target) + math.log1p(math.exp(log_a))) / log_a))
+    # Guard the float arithmetic at the boundary: move to the exact smallest k.
+    while k > 1 and _tail(k - 1, log_a) <= target * (1 - 1e-12):
+        k -= 1
+    while _tail(k, log_a) > target * (1 - 1e-12):
+        k += 1
+    return 1 + k
+
+
+def release_probability(
+    count: int, epsilon: float | Fraction, delta: float, max_keys_per_unit: int
+) -> float:
+    """``P(count + Z >= T)``: the probability that a label with this count is released."""
+    threshold = key_selection_threshold(epsilon, delta, max_keys_per_unit)
+    log_a = -float(to_fraction(epsilon, "epsilon")) / max_keys_per_unit
+    gap = threshold - int(count)
+    if gap >= 1:
+        return _tail(gap, log_a)
+    # P(Z >= gap) = 1 - P(Z <= gap - 1) = 1 - P(Z >= 1 - gap) by symmetry.
+    return 1.0 - _tail(1 - gap, log_a)
+
+
+def sure_release_count(
+    epsilon: float | Fraction, delta: float, max_keys_per_unit: int, confidence: float
+) -> int:
+    """The smallest count whose label is released with probability at least ``confidence``."""
+    check_probability_open(confidence, "confidence")
+    threshold = key_selection_threshold(epsilon, delta, max_keys_per_unit)
+    count = threshold
+    while release_probability(count, epsilon, delta, max_keys_per_unit) < confidence:
+        count += 1
+    return count
+
+
+def select_keys(
+    counts: npt.ArrayLike,
+    *,
+    epsilon: float | Fraction,
+    delta: float,
+    max_keys_per_unit: int,
+    rng: RandomSource | np.random.Generator | None = None,
+) -> npt.NDArray[np.bool_]:
+    """Decide, for each label present in the data, whether it is released.
+
+    Args:
+        counts: the number of distinct privacy units holding each label (every entry >= 1:
+            only labels present in the data are passed; absent labels are never released).
+        epsilon: > 0 and finite.
+        delta: in (0, 1): bounds the probability that labels held by one unit appear.
+        max_keys_per_unit: the bound on distinct labels per unit that the pipeline enforced.
+        rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
+
+    Returns:
+        A boolean mask over ``counts``: True for the released labels.
+
+    Privacy:
+        (epsilon, delta)-DP under add/remove of one privacy unit (see the module docstring).
+        Only the set of released labels may be published, never the noisy counts.
+    """
+    check_key_selection(epsilon, delta, max_keys_per_unit)
+    values = np.asarray(counts, dtype=np.int64).ravel()
+    if values.size and int(values.min()) < 1:
+        raise ValueError("'counts' must be >= 1: only labels present in the data are passed")
+    threshold = key_selection_threshold(epsilon, delta, max_keys_per_unit)
+    noise = discrete_laplace(_scale(epsilon, max_keys_per_unit), values.size, rng)
+    released: npt.NDArray[np.bool_] = (values + noise) >= threshold
+    return released
