@@ -39,12 +39,14 @@ __all__ = [
     "EncodeStats",
     "OnBadRecord",
     "PublicIndex",
+    "as_table",
     "concat_batches",
     "empty_batch",
     "encode_batch",
     "num_rows",
     "take",
     "to_record_batch",
+    "with_source",
 ]
 
 UNIT = "unit"
@@ -121,6 +123,17 @@ class EncodeStats:
     unknown_labels: int = 0
 
 
+def with_source(element: Any, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Split a reader element into its batch and encode options naming its source.
+
+    Readers (:class:`beam_dp.io.ReadExport`) emit ``(file name, batch)`` pairs so that errors
+    can name the file; plain batches keep the ``source`` already in ``options``.
+    """
+    if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
+        return element[1], {**options, "source": element[0]}
+    return element, dict(options)
+
+
 def num_rows(batch: ColumnBatch) -> int:
     for column in batch.values():
         return int(column.shape[0])
@@ -145,7 +158,7 @@ def concat_batches(batches: Iterable[ColumnBatch]) -> ColumnBatch:
     return {name: np.concatenate([b[name] for b in items]) for name in names}
 
 
-def _as_table(batch: Any) -> pa.RecordBatch | pa.Table:
+def as_table(batch: Any) -> pa.RecordBatch | pa.Table:
     if isinstance(batch, (pa.RecordBatch, pa.Table)):
         return batch
     if isinstance(batch, Mapping):
@@ -233,7 +246,7 @@ def encode_batch(
         raise ValueError("'candidate_column' and 'candidates' must be given together")
     if (key_column is None) != (keys is None):
         raise ValueError("'key_column' and 'keys' must be given together")
-    table = _as_table(batch)
+    table = as_table(batch)
     n = table.num_rows
     bad = np.zeros(n, dtype=bool)
     known = np.ones(n, dtype=bool)

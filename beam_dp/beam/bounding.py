@@ -28,7 +28,7 @@ from beam_dp.batching import (
     num_rows,
     take,
 )
-from beam_dp.batching.columns import EncodeStats, OnBadRecord
+from beam_dp.batching.columns import EncodeStats, OnBadRecord, with_source
 
 __all__ = ["BoundContributions", "EncodeBatches"]
 
@@ -44,12 +44,7 @@ class _EncodeFn(beam.DoFn):
         self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
 
     def process(self, element: Any) -> Iterator[ColumnBatch]:
-        # Readers emit (file name, batch) so that errors can name the file.
-        options = self._options
-        batch = element
-        if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
-            options = {**options, "source": element[0]}
-            batch = element[1]
+        batch, options = with_source(element, self._options)
         stats = EncodeStats()
         encoded = encode_batch(batch, stats=stats, **options)
         self._rows.inc(stats.rows_read)

@@ -39,7 +39,13 @@ from beam_dp.batching import (
     stable_hash64,
     take,
 )
-from beam_dp.batching.columns import BadRecordError, EncodeStats, OnBadRecord, _as_table
+from beam_dp.batching.columns import (
+    BadRecordError,
+    EncodeStats,
+    OnBadRecord,
+    as_table,
+    with_source,
+)
 from beam_dp.beam.selection_spec import SelectionSpec, sorted_labels
 from beam_dp.mechanisms.partition_selection import (
     key_selection_threshold,
@@ -451,14 +457,15 @@ class EncodeWithSideCandidatesFn(beam.DoFn):
         self._source: Any = None
         self._index: PublicIndex | None = None
 
-    def process(self, batch: Any, candidates: Sequence[Any]) -> Iterator[ColumnBatch]:
+    def process(self, element: Any, candidates: Sequence[Any]) -> Iterator[ColumnBatch]:
+        batch, options = with_source(element, self._options)
         if candidates is not self._source:
             labels = sorted_labels(candidates)
             # No public candidate: nothing can be selected and nothing is encoded.
             self._index = PublicIndex(labels) if labels else None
             self._source = candidates
         if self._index is not None:
-            encoded = encode_batch(batch, candidates=self._index, **self._options)
+            encoded = encode_batch(batch, candidates=self._index, **options)
             if num_rows(encoded):
                 yield encoded
 
@@ -477,7 +484,7 @@ def _encode_labels(
     A null unit or label is a bad record (``on_bad_record``); messages name the field and the
     rule, never a value.
     """
-    table = _as_table(batch)
+    table = as_table(batch)
     stats.rows_read += table.num_rows
     fields = [candidate_column] if unit_column is None else [unit_column, candidate_column]
     bad = np.zeros(table.num_rows, dtype=bool)
@@ -522,7 +529,8 @@ class EncodeLabelsFn(beam.DoFn):
         super().__init__()
         self._options = options
 
-    def process(self, batch: Any) -> Iterator[ColumnBatch]:
-        encoded = _encode_labels(batch, stats=EncodeStats(), **self._options)
+    def process(self, element: Any) -> Iterator[ColumnBatch]:
+        batch, options = with_source(element, self._options)
+        encoded = _encode_labels(batch, stats=EncodeStats(), **options)
         if num_rows(encoded):
             yield encoded
