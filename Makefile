@@ -13,7 +13,7 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m pipelines.demo
+	$(BIN)/python -m pipelines.release --config pipelines/configs/sample_survey.toml --output out
 
 lint: $(STAMP)
 	$(BIN)/ruff check beam_dp pipelines tests benchmarks

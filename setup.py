@@ -28,7 +28,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["beam_dp", "beam_dp.*", "pipelines", "pipelines.*"]),
     package_data={"beam_dp": ["py.typed"]},
     install_requires=[

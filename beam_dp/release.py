@@ -14,7 +14,7 @@ from typing import Any
 from beam_dp.accounting import LedgerEntry
 from beam_dp.mechanisms import score_loss_bound
 
-__all__ = ["Release", "make_release", "release_document"]
+__all__ = ["Release", "ledger_entries_to_record", "make_release", "release_document"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -133,3 +133,35 @@ def make_release(
         accuracy=accuracy,
     )
     return Release(value=value, ledger=entry, key=key, window=window, rng_secure=rng_secure)
+
+
+def ledger_entries_to_record(releases: Iterable[Release]) -> list[LedgerEntry]:
+    """The ledger entries that charge a budget for these releases (all of one window).
+
+    ``.Globally`` releases (and key selection) each cost their own entry. The per-key releases
+    of one ``.PerKey`` transform cost as much as ``m`` of their entries, where
+    ``m = contribution_bounds["max_keys_per_unit"]`` is the number of keys one unit can
+    influence (``m = 1``: parallel composition). Recording the returned entries with
+    ``PrivacyBudget.record`` charges exactly each transform's ε (and ρ).
+
+    Raises:
+        ValueError: if the releases come from several windows (each window's releases are
+            private for that window's data and are accounted with their own budget).
+    """
+    items = list(releases)
+    if len({release.window for release in items}) > 1:
+        raise ValueError(
+            "releases from several windows: record each window's releases against its own "
+            "budget (a window's release is private for that window's data)"
+        )
+    entries: list[LedgerEntry] = []
+    per_key: dict[str, list[LedgerEntry]] = {}
+    for release in items:
+        if release.key is None:
+            entries.append(release.ledger)
+        else:
+            per_key.setdefault(release.ledger.name, []).append(release.ledger)
+    for group in per_key.values():
+        reach = int(group[0].contribution_bounds.get("max_keys_per_unit", len(group)))
+        entries.extend(group[:reach])
+    return entries

@@ -12,32 +12,39 @@ Flags follow Beam's underscore style; flags a job does not know are passed to Be
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import logging
-import os
 import sys
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import PCollection
 
 from beam_dp.accounting import LedgerEntry, PrivacyBudget
+from beam_dp.batching.columns import BadRecordError
+from beam_dp.io import ReadExport
 from beam_dp.io.outputs import write_outputs
+from beam_dp.release import Release, ledger_entries_to_record
+from pipelines.statistics import StatisticSpec
 
 __all__ = [
     "add_common_arguments",
+    "cli",
     "parse_args",
     "print_summary",
     "read_candidates",
     "run_and_write",
+    "run_statistics",
 ]
 
 _LOG = logging.getLogger("beam_dp.pipelines")
+_LOG.setLevel(logging.INFO)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False) -> None:
@@ -95,7 +102,21 @@ def _log_metrics(result: Any) -> None:
         return
     for counter in counters:
         if counter.key.metric.namespace == "beam_dp":
-            _LOG.info("%s: %s", counter.key.metric.name, counter.committed or counter.attempted)
+            value = counter.committed if counter.committed is not None else counter.attempted
+            _LOG.info("%s: %s: %s", counter.key.step, counter.key.metric.name, value)
+
+
+class _WriteRelease(beam.DoFn):
+    """Each release to its own small JSON file (works on every runner and filesystem)."""
+
+    def __init__(self, directory: str):
+        super().__init__()
+        self._directory = directory
+
+    def process(self, release: Release) -> None:
+        path = FileSystems.join(self._directory, f"{uuid.uuid4().hex}.json")
+        with FileSystems.create(path) as handle:
+            handle.write(json.dumps(release.to_dict()).encode("utf-8"))
 
 
 def run_and_write(
@@ -108,31 +129,37 @@ def run_and_write(
     """Build the pipeline with ``build``, run it, record the releases, write the outputs.
 
     ``build`` returns PCollections of :class:`beam_dp.release.Release`. Releases travel
-    back to this process through a temporary file (on ``--temp_location`` when given, so that
-    remote runners can write it). Each budget share is recorded once, whatever the number of
-    keys or windows it released (their epsilon is accounted by the transform: parallel
-    composition or a split, as its ledger says).
+    back to this process as small files in a temporary directory (under ``--temp_location``
+    when given, so that remote workers can write it). Each transform is charged once,
+    whatever the number of keys it released (their epsilon is accounted by the transform:
+    parallel composition or a split, as its ledger says). Jobs read bounded exports, so
+    there is one (global) window.
     """
     temp_root = options.get_all_options().get("temp_location") or tempfile.gettempdir()
-    scratch = tempfile.mkdtemp(
-        prefix="beam_dp_releases_", dir=temp_root if os.path.isdir(temp_root) else None
-    )
-    prefix = os.path.join(scratch, "releases")
+    scratch = FileSystems.join(temp_root, f"beam_dp_releases_{uuid.uuid4().hex}")
+    FileSystems.mkdirs(scratch)
     pipeline = beam.Pipeline(options=options)
-    releases = build(pipeline)
-    (
-        tuple(releases)
+    outputs = build(pipeline)
+    _ = (
+        tuple(outputs)
         | "AllReleases" >> beam.Flatten()
-        | "ToJson" >> beam.Map(lambda release: json.dumps(release.to_dict()))
-        | "WriteReleases" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl")
+        | "Collect" >> beam.ParDo(_WriteRelease(scratch))
     )
     result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the Dask runner's distributed.Client
+        if client is not None:
+            client.close()
     _log_metrics(result)
     records: list[dict[str, Any]] = []
-    for path in sorted(glob.glob(prefix + "*.jsonl")):
-        with open(path, encoding="utf-8") as handle:
-            records.extend(json.loads(line) for line in handle if line.strip())
+    try:
+        for match in FileSystems.match([FileSystems.join(scratch, "*.json")])[0].metadata_list:
+            with FileSystems.open(match.path) as handle:
+                records.append(json.loads(handle.read().decode("utf-8")))
+    finally:
+        FileSystems.delete([scratch])
     order = {share.name: i for i, share in enumerate(budget.shares)}
     records.sort(
         key=lambda r: (
@@ -141,14 +168,91 @@ def run_and_write(
             r.get("window") or "",
         )
     )
-    recorded: set[str] = set()
-    for record in records:
-        if record["name"] not in recorded:
-            budget.record(LedgerEntry.from_dict(record))
-            recorded.add(record["name"])
+    # Charge the budget once per transform: a .PerKey transform's releases cost as many of
+    # their entries as keys a unit can reach, as the library's ledger says.
+    releases = [
+        Release(
+            value=r["value"],
+            ledger=LedgerEntry.from_dict(r),
+            key=r.get("key"),
+            window=r.get("window"),
+        )
+        for r in records
+    ]
+    for entry in ledger_entries_to_record(releases):
+        budget.record(entry)
     document = {"releases": records, "budget": budget.to_json()}
     write_outputs(document, output)
     return document
+
+
+def run_statistics(
+    specs: Sequence[StatisticSpec],
+    *,
+    input_pattern: str,
+    input_format: str | None,
+    privacy_unit: str | None,
+    relation: str,
+    on_bad_record: str,
+    budget: PrivacyBudget,
+    options: PipelineOptions,
+    output: str,
+) -> dict[str, Any]:
+    """Request every share, finalize the budget (before any data is read), then run.
+
+    The export is read once; every statistic's transform consumes the same batches.
+    """
+    for spec in specs:
+        spec.request(budget)
+    budget.finalize()
+    transforms = [
+        (
+            spec,
+            spec.transform(
+                unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record
+            ),
+        )
+        for spec in specs
+    ]
+    columns = list(
+        dict.fromkeys(
+            ([privacy_unit] if privacy_unit else []) + [c for spec in specs for c in spec.columns]
+        )
+    )
+
+    def build(pipeline: beam.Pipeline) -> list[PCollection]:
+        rows = pipeline | "ReadExport" >> ReadExport(
+            input_pattern,
+            columns=columns,
+            input_format=input_format,
+            on_bad_record=on_bad_record,  # type: ignore[arg-type]
+        )
+        return [rows | spec.name >> transform for spec, transform in transforms]
+
+    return run_and_write(build, budget=budget, options=options, output=output)
+
+
+def cli(run: Callable[[], Any]) -> None:
+    """Run a job from the command line: bad input or parameters end it with one clear line.
+
+    The message names the file, the field and the rule (or the parameter), never a value; the
+    output directory is left untouched (outputs are written only when the job succeeds).
+    """
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("beam_dp").setLevel(logging.INFO)
+    try:
+        run()
+    except BadRecordError as error:
+        message = str(error).split(" [while running")[0]
+        raise SystemExit(f"error: {message}") from None
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def print_summary(document: dict[str, Any], file: Any = None) -> None:
@@ -161,7 +265,7 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
         if "rank_error" in accuracy:
             parts.append(f"rank error <= {accuracy['rank_error']:.3g}")
         value = r["value"]
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown = ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
         rows.append(
             (
                 r["name"],

@@ -8,6 +8,7 @@ shard's rows are concatenated and bounded with numpy (:func:`beam_dp.batching.bo
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -33,6 +34,8 @@ from beam_dp.batching.columns import EncodeStats, OnBadRecord, with_source
 __all__ = ["BoundContributions", "EncodeBatches"]
 
 _NAMESPACE = "beam_dp"
+_PROGRESS_EVERY = 1_000_000
+_LOG = logging.getLogger(__name__)
 
 
 class _EncodeFn(beam.DoFn):
@@ -42,12 +45,18 @@ class _EncodeFn(beam.DoFn):
         self._rows = Metrics.counter(_NAMESPACE, "rows_read")
         self._bad = Metrics.counter(_NAMESPACE, "bad_records_skipped")
         self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
+        self._seen = 0
+        self._next_report = _PROGRESS_EVERY
 
     def process(self, element: Any) -> Iterator[ColumnBatch]:
         batch, options = with_source(element, self._options)
         stats = EncodeStats()
         encoded = encode_batch(batch, stats=stats, **options)
         self._rows.inc(stats.rows_read)
+        self._seen += stats.rows_read
+        if self._seen >= self._next_report:  # progress of long jobs: aggregate counts only
+            _LOG.info("encoded %d rows so far on this worker", self._seen)
+            self._next_report *= 2
         if stats.bad_records:
             self._bad.inc(stats.bad_records)
         if stats.unknown_labels:

@@ -67,7 +67,7 @@ public, :class:`TopCandidates` runs DP key selection first (:class:`KeySelection
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -76,7 +76,6 @@ import numpy as np
 from apache_beam.pvalue import PCollection
 
 from beam_dp._validation import Relation, check_positive_finite
-from beam_dp.accounting import LedgerEntry
 from beam_dp.batching import ContributionBounds, PublicIndex
 from beam_dp.beam.key_selection import KeySelection, SelectCandidates, top_after_key_selection
 from beam_dp.beam.selection_combiners import CandidateCountsFn, CustomScoreFn, RevenueFn
@@ -91,7 +90,7 @@ from beam_dp.beam.selection_core import (
 )
 from beam_dp.beam.selection_spec import CommonOptions, EpsilonLike, SelectionSpec, nearest_float
 from beam_dp.mechanisms import Method, RandomSource
-from beam_dp.release import Release
+from beam_dp.release import ledger_entries_to_record
 from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
 from beam_dp.summaries.counts import PER_UNIT_RULES
 
@@ -959,35 +958,3 @@ class ExponentialSelect:
 
 
 # --------------------------------------------------------------------------- accounting
-
-
-def ledger_entries_to_record(releases: Iterable[Release]) -> list[LedgerEntry]:
-    """The ledger entries that charge a budget for these releases (all of one window).
-
-    ``.Globally`` releases (and key selection) each cost their own entry. The per-key releases
-    of one ``.PerKey`` transform cost as much as ``m`` of their entries, where
-    ``m = contribution_bounds["max_keys_per_unit"]`` is the number of keys one unit can
-    influence (``m = 1``: parallel composition). Recording the returned entries with
-    ``PrivacyBudget.record`` charges exactly each transform's ε (and ρ).
-
-    Raises:
-        ValueError: if the releases come from several windows (each window's releases are
-            private for that window's data and are accounted with their own budget).
-    """
-    items = list(releases)
-    if len({release.window for release in items}) > 1:
-        raise ValueError(
-            "releases from several windows: record each window's releases against its own "
-            "budget (a window's release is private for that window's data)"
-        )
-    entries: list[LedgerEntry] = []
-    per_key: dict[str, list[LedgerEntry]] = {}
-    for release in items:
-        if release.key is None:
-            entries.append(release.ledger)
-        else:
-            per_key.setdefault(release.ledger.name, []).append(release.ledger)
-    for group in per_key.values():
-        reach = int(group[0].contribution_bounds.get("max_keys_per_unit", len(group)))
-        entries.extend(group[:reach])
-    return entries

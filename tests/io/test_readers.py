@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import apache_beam as beam
 import fastavro
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
+from export_helpers import write_export
 
 from beam_dp.batching import VALUE
 from beam_dp.beam.bounding import EncodeBatches
@@ -23,37 +21,6 @@ ROWS = [
     {"user": "u1", "site": "b.com", "price": 0.75},
 ]
 SECRET_VALUE = 987654.25
-
-
-def write_export(directory: Path, fmt: str, rows: list[dict[str, object]], shards: int = 2) -> str:
-    """Write ``rows`` as a sharded export; return its glob pattern."""
-    directory.mkdir(parents=True, exist_ok=True)
-    suffix = {"avro": "avro", "parquet": "parquet", "csv": "csv", "jsonl": "jsonl"}[fmt]
-    parts = [rows[i::shards] for i in range(shards)]
-    for i, part in enumerate(parts):
-        path = directory / f"export-{i:05d}.{suffix}"
-        if fmt == "avro":
-            fields = [
-                {"name": k, "type": ["null", "string" if isinstance(v, str) else "double"]}
-                for k, v in rows[0].items()
-            ]
-            schema = {"type": "record", "name": "Row", "fields": fields}
-            with path.open("wb") as handle:
-                fastavro.writer(handle, schema, part)
-        elif fmt == "parquet":
-            table = (
-                pa.Table.from_pylist(part)
-                if part
-                else pa.Table.from_pylist(rows[:0], schema=pa.Table.from_pylist(rows).schema)
-            )
-            pq.write_table(table, path)
-        elif fmt == "csv":
-            header = ",".join(rows[0])
-            lines = [",".join(str(r[k]) for k in rows[0]) for r in part]
-            path.write_text("\n".join([header, *lines]) + "\n")
-        else:
-            path.write_text("".join(json.dumps(r) + "\n" for r in part))
-    return str(directory / f"export-*.{suffix}")
 
 
 def _values(pattern: str, **kwargs: object) -> list[float]:

@@ -1,0 +1,68 @@
+"""The winner of a vote among public candidates (seed 003's village election).
+
+    python -m pipelines.election --input 'votes-*.csv' --privacy_unit voter_id \\
+        --candidate party --candidates 'Gyudon Party,Melon-pan Party' --epsilon 0.1 --output out/
+
+One vote per unit (a unit with several records is reduced to one). ``--score margin`` with two
+candidates and ``--relation replace`` is the seed's margin form (sensitivity 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from beam_dp.accounting import PrivacyBudget
+from pipelines.common import (
+    add_common_arguments,
+    cli,
+    parse_args,
+    print_summary,
+    read_candidates,
+    run_statistics,
+)
+from pipelines.statistics import spec_from_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    parser.add_argument("--candidate", required=True, help="the field holding the vote")
+    parser.add_argument("--candidates", required=True, help="a file (one per line) or a,b,c")
+    parser.add_argument("--score", choices=["plurality", "margin"], default="plurality")
+    parser.add_argument(
+        "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
+    )
+    parser.add_argument("--name", default="election")
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args, options = parse_args(_parser(), argv)
+    config: dict[str, Any] = {
+        "name": args.name,
+        "type": "election",
+        "candidate": args.candidate,
+        "candidates": read_candidates(args.candidates),
+        "score": args.score,
+        "method": args.method,
+        "epsilon": args.epsilon,
+    }
+    document = run_statistics(
+        [spec_from_config(config)],
+        input_pattern=args.input,
+        input_format=args.input_format,
+        privacy_unit=args.privacy_unit,
+        relation=args.relation,
+        on_bad_record=args.on_bad_record,
+        budget=PrivacyBudget(args.epsilon, args.delta),
+        options=options,
+        output=args.output,
+    )
+    print_summary(document)
+    return document
+
+
+if __name__ == "__main__":
+    cli(run)

@@ -1,0 +1,81 @@
+"""The main job on Beam's Dask runner against a LocalCluster of two worker processes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from export_helpers import write_export
+
+from pipelines import release
+
+SITES = ["a.com", "b.com", "c.com"]
+
+
+@pytest.fixture(scope="module")
+def dask_cluster() -> Iterator[Any]:
+    distributed = pytest.importorskip("dask.distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_release_job_on_dask(tmp_path: Path, dask_cluster: Any) -> None:
+    # a.com is every user's first visit (120 distinct users); b.com and c.com get 60 each
+    rows = [
+        {
+            "user_id": f"u{u}",
+            "website": SITES[0] if v == 0 else SITES[1 + u % 2],
+            "weight": 50.0 + u % 40,
+        }
+        for u in range(120)
+        for v in range(3)
+    ]
+    pattern = write_export(tmp_path / "in", "avro", rows, shards=4)
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f"""
+[input]
+path = "{pattern}"
+privacy_unit = "user_id"
+
+[budget]
+epsilon = 6.0
+
+[[statistics]]
+name = "sites"
+type = "top_candidates"
+candidate = "website"
+candidates = {json.dumps(SITES)}
+weight = 1
+
+[[statistics]]
+name = "median_weight"
+type = "median"
+value = "weight"
+lower = 0.0
+upper = 200.0
+num_points = 2001
+weight = 1
+"""
+    )
+    out = tmp_path / "out"
+    document = release.run(
+        [
+            "--config", str(config), "--output", str(out),
+            "--runner", "apache_beam.runners.dask.dask_runner.DaskRunner",
+            "--dask_client_address", dask_cluster.scheduler_address,
+        ]
+    )  # fmt: skip
+    by_name = {r["name"]: r for r in document["releases"]}
+    assert by_name["sites"]["value"] == "a.com"  # 120 vs at most 60+60: P(other) < 1e-6
+    assert 0.0 <= by_name["median_weight"]["value"] <= 200.0
+    assert json.loads((out / "release.json").read_text()) == document
