@@ -65,43 +65,48 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     }
 
 
+FORMATS = ["avro", "parquet", "csv", "jsonl"]
 COMMON = ["--privacy_unit", "user_id", "--epsilon", "2.0"]
 
 
-def test_top_candidates_job(exports: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_top_candidates_job(exports: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     top_candidates.run(
-        ["--input", exports["avro"], *COMMON, "--candidate", "website",
+        ["--input", exports[fmt], *COMMON, "--candidate", "website",
          "--candidates", ",".join(SITES), "--k", "2", "--output", str(out)]
     )  # fmt: skip
     document = check_outputs(out, {"top_candidates"})
     assert len(document["releases"][0]["value"]) == 2
 
 
-def test_best_price_job(exports: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_best_price_job(exports: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     best_price.run(
-        ["--input", exports["parquet"], *COMMON, "--value", "price", "--prices", "0.05:2.00:0.05",
+        ["--input", exports[fmt], *COMMON, "--value", "price", "--prices", "0.05:2.00:0.05",
          "--output", str(out)]
     )  # fmt: skip
     document = check_outputs(out, {"best_price"})
     assert 0.05 <= document["releases"][0]["value"] <= 1.95
 
 
-def test_election_job(exports: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_election_job(exports: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     election.run(
-        ["--input", exports["csv"], *COMMON, "--candidate", "vote",
+        ["--input", exports[fmt], *COMMON, "--candidate", "vote",
          "--candidates", ",".join(PARTIES), "--output", str(out)]
     )  # fmt: skip
     document = check_outputs(out, {"election"})
     assert document["releases"][0]["value"] in PARTIES
 
 
-def test_quantiles_job(exports: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantiles_job(exports: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     quantiles.run(
-        ["--input", exports["jsonl"], *COMMON, "--value", "weight", "--quantiles", "0.25,0.75",
+        ["--input", exports[fmt], *COMMON, "--value", "weight", "--quantiles", "0.25,0.75",
          "--lower", "0", "--upper", "200", "--num_points", "2001", "--output", str(out)]
     )  # fmt: skip
     document = check_outputs(out, {"quantiles"})
@@ -163,7 +168,7 @@ weight = 1
     return path
 
 
-@pytest.mark.parametrize("fmt", ["avro", "parquet", "csv", "jsonl"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_release_job_in_every_format(exports: dict[str, str], tmp_path: Path, fmt: str) -> None:
     out = tmp_path / "out"
     release.run(
