@@ -40,6 +40,7 @@ __all__ = [
     "print_summary",
     "read_candidates",
     "run_and_write",
+    "run_single",
     "run_statistics",
 ]
 
@@ -253,6 +254,25 @@ def _shown(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
     return str(value)
+
+
+def run_single(
+    spec: StatisticSpec, args: argparse.Namespace, options: PipelineOptions
+) -> dict[str, Any]:
+    """Run a one-statistic job from its parsed common flags, print and return its document."""
+    document = run_statistics(
+        [spec],
+        input_pattern=args.input,
+        input_format=args.input_format,
+        privacy_unit=args.privacy_unit,
+        relation=args.relation,
+        on_bad_record=args.on_bad_record,
+        budget=PrivacyBudget(args.epsilon, args.delta),
+        options=options,
+        output=args.output,
+    )
+    print_summary(document)
+    return document
 
 
 def print_summary(document: dict[str, Any], file: Any = None) -> None:

@@ -13,8 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from beam_dp.accounting import PrivacyBudget
-from pipelines.common import add_common_arguments, cli, parse_args, print_summary, run_statistics
+from pipelines.common import add_common_arguments, cli, parse_args, run_single
 from pipelines.statistics import spec_from_config
 
 
@@ -54,19 +53,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         config["num_points"] = args.num_points
     if args.split is not None:
         config["split"] = args.split
-    document = run_statistics(
-        [spec_from_config(config)],
-        input_pattern=args.input,
-        input_format=args.input_format,
-        privacy_unit=args.privacy_unit,
-        relation=args.relation,
-        on_bad_record=args.on_bad_record,
-        budget=PrivacyBudget(args.epsilon, args.delta),
-        options=options,
-        output=args.output,
-    )
-    print_summary(document)
-    return document
+    return run_single(spec_from_config(config), args, options)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 # Test helpers (tests/stats_helpers.py) import as a top-level module.
 sys.path.insert(0, str(Path(__file__).parent))
@@ -12,3 +16,20 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="module")
+def dask_cluster() -> Iterator[Any]:
+    """A dask.distributed LocalCluster of 2 worker processes, started and stopped per module.
+
+    One cluster per module, not per session: the Dask runner's clients leave sockets that a
+    later test would otherwise see closed under it (a ResourceWarning, an error here).
+    """
+    distributed = pytest.importorskip("dask.distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    try:
+        yield cluster
+    finally:
+        cluster.close()

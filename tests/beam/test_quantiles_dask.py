@@ -152,18 +152,6 @@ def test_in_process_runner(tmp_path: Path) -> None:
     run_on(FnApiRunner(), None, tmp_path)
 
 
-@pytest.fixture(scope="module")
-def dask_cluster() -> Iterator[Any]:
-    distributed = pytest.importorskip("dask.distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
-
 @pytest.mark.slow
 def test_dask_runner_on_a_local_cluster_of_two_processes(tmp_path: Path, dask_cluster: Any) -> None:
     import cloudpickle

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,6 @@ from export_helpers import write_export
 from pipelines import release
 
 SITES = ["a.com", "b.com", "c.com"]
-
-
-@pytest.fixture(scope="module")
-def dask_cluster() -> Iterator[Any]:
-    distributed = pytest.importorskip("dask.distributed")
-    cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.mark.slow
