@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -244,6 +245,9 @@ class ReadExport(beam.PTransform):
             raise ValueError("'columns' must name at least one field to read")
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ValueError(f"'batch_rows' must be an integer >= 1; received {batch_rows!r}")
+        # Beam's local filesystem matches absolute paths only; remote patterns have a scheme.
+        if "://" not in file_pattern and not os.path.isabs(file_pattern):
+            file_pattern = os.path.abspath(file_pattern)
         self._pattern = file_pattern
         self._format = fmt
         self._columns = list(dict.fromkeys(columns))

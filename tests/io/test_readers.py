@@ -100,3 +100,11 @@ def test_unknown_format_and_bad_parameters() -> None:
     with pytest.raises(ValueError, match="'columns' must name at least one field"):
         ReadExport("x.avro", columns=[])
     assert np.isfinite(SECRET_VALUE)
+
+
+def test_relative_patterns_are_resolved_against_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_export(tmp_path / "rel", "parquet", ROWS)
+    monkeypatch.chdir(tmp_path)
+    _values("rel/export-*.parquet")
