@@ -16,10 +16,11 @@ Sampling is exact. Scores become exact rationals (:mod:`.exact_scores`), epsilon
 sensitivity are converted from floats exactly, and every coin is an exact Bernoulli(exp(-x))
 (:mod:`.bernoulli`) fed by uniform bits from the OS CSPRNG (:mod:`.randomness`).
 
-* Permute-and-flip is implemented through an equivalent form. The coins are independent of the
-  order, and the candidate of the best score has a coin of probability 1, so the first success
-  in a uniformly random order is a uniformly random member of the set of successes. We flip
-  every coin (vectorised) and pick one success uniformly.
+* Permute-and-flip walks a lazily drawn uniform order when many candidates are near the top,
+  and otherwise uses an equivalent form: the coins are independent of the order, and the
+  candidate of the best score has a coin of probability 1, so the first success in a uniformly
+  random order is a uniformly random member of the set of successes. We flip every coin
+  (vectorised) and pick one success uniformly (see :func:`_permute_and_flip`).
 * The exponential mechanism is sampled by rejection: propose a uniformly random candidate,
   accept it with probability ``exp(-gamma_r)`` (at most 1 since gammas are measured from the
   maximum), repeat. Proposals are drawn and flipped in batches; the first accepted proposal in
@@ -81,10 +82,63 @@ def _rate(
     )
 
 
-def _permute_and_flip(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
-    coins = bernoulli_exp_multiples(rate, gaps, source)
-    successes = np.flatnonzero(coins)  # never empty: a zero gap has a coin of probability 1
+def _uniform_among_successes(
+    gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource, where: npt.NDArray[np.int64]
+) -> int:
+    """Flip the coins of ``where`` and return a uniformly random success (one must exist)."""
+    coins = bernoulli_exp_multiples(rate, gaps[where], source)
+    successes = where[coins]
     return int(successes[source.randbelow(successes.size)])
+
+
+def _permute_and_flip(
+    gaps: npt.NDArray[Any],
+    rate: Fraction,
+    source: RandomSource,
+    *,
+    handover: float = 0.5,
+    batch: int | None = None,
+) -> int:
+    """Permute-and-flip, exactly, by whichever of two equivalent procedures is cheaper.
+
+    * Visit lazily: the distinct values of i.i.d. uniform draws, in order of first
+      appearance, are a uniformly random permutation; flip each visited candidate's coin and
+      stop at the first success. Cheap when many candidates are near the top (expected visits
+      ``d / sum_r exp(-gamma_r)``).
+    * Flip every remaining coin and return a uniform success: the first success of a random
+      order, since coins and order are independent. The lazy walk hands over to this once
+      a fraction ``handover`` (half) of the candidates is visited: the unvisited ones, in the
+      rest of a uniform order, are again in a uniform order, and the best candidate (coin
+      probability 1) is among them.
+
+    Which one runs is decided by a floating-point estimate of the expected number of visits;
+    it affects only the cost, never the distribution (as do ``batch``, the number of draws
+    per step of the walk, and ``handover``; tests vary them to exercise both paths).
+    """
+    d = int(gaps.shape[0])
+    remaining = np.arange(d)
+    if d >= 256 and gaps.dtype != object:
+        weights = np.exp(-float(rate) * gaps.astype(np.float64))
+        expected_visits = d / max(float(weights.sum()), 1.0)
+        if expected_visits * 8 < d:
+            visited = np.zeros(d, dtype=bool)
+            count = 0
+            if batch is None:
+                batch = int(min(d, max(64, math.ceil(3 * expected_visits))))
+            while count < handover * d:
+                draws = source.below(d, batch)
+                _, first = np.unique(draws, return_index=True)
+                in_order = draws[np.sort(first)]
+                fresh = in_order[~visited[in_order]]
+                if not fresh.size:
+                    continue
+                hits = np.flatnonzero(bernoulli_exp_multiples(rate, gaps[fresh], source))
+                if hits.size:
+                    return int(fresh[hits[0]])
+                visited[fresh] = True
+                count += int(fresh.size)
+            remaining = np.flatnonzero(~visited)
+    return _uniform_among_successes(gaps, rate, source, remaining)
 
 
 def _batch_size(gaps: npt.NDArray[Any], rate: Fraction) -> int:

@@ -106,3 +106,29 @@ def test_top_k_first_round_is_a_selection_at_epsilon_over_k(method: str) -> None
 
 def test_top_k_returns_everything_when_k_is_d() -> None:
     assert sorted(top_k([1, 2, 3], 3, epsilon=1.0, sensitivity=1)) == [0, 1, 2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("handover", "batch"), [(0.5, None), (0.002, 4)])
+def test_lazy_permute_and_flip_and_its_handover_are_exact(
+    handover: float, batch: int | None
+) -> None:
+    # Many candidates near the top: permute-and-flip visits lazily. With batches of 4 draws
+    # and a handover after 8 visits, about half the runs switch to flipping every remaining
+    # coin, so both paths are exercised; the chosen gap must follow the exact distribution.
+    from fractions import Fraction
+
+    from beam_dp.mechanisms import SecureRandom
+    from beam_dp.mechanisms.selection import _permute_and_flip
+
+    rng = np.random.default_rng(11)
+    gaps = rng.integers(0, 12, 4_000)
+    probs = selection_probabilities(-gaps, epsilon=1.0, sensitivity=1)
+    gap_probs = np.bincount(gaps, weights=probs)
+    counts = np.zeros_like(gap_probs, dtype=np.int64)
+    source = SecureRandom()
+    for _ in range(4_000):
+        counts[
+            gaps[_permute_and_flip(gaps, Fraction(1, 2), source, handover=handover, batch=batch)]
+        ] += 1
+    assert chi_square_pvalue(counts, gap_probs) > FPR
