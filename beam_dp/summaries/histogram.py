@@ -263,6 +263,8 @@ class Grid:
         )
 
     def __hash__(self) -> int:
+        # In-process only (consistent with __eq__ for dict keys); never used to place data
+        # on workers, which use beam_dp.batching.stable_hash64.
         return hash((self._lower, self._upper, self.num_points, float(self._points[1])))
 
     def __repr__(self) -> str:
