@@ -1,8 +1,9 @@
 """A stable 64-bit hash of privacy-unit identifiers, vectorised.
 
 Python's built-in string hash is salted per process, so two workers would disagree about
-which shard a unit belongs to and a unit's records could escape its contribution bound. This hash depends
-only on the identifier's bytes: the same on every worker, process, machine and run.
+which shard a unit belongs to and a unit's records could escape its contribution bound. This
+hash depends only on the identifier's bytes: the same on every worker, process, machine and
+run.
 
 Integers are mixed with SplitMix64's finaliser. Strings and bytes are hashed from their UTF-8
 bytes with a polynomial over the integers mod 2**64, computed for all strings of an Arrow array
