@@ -161,6 +161,18 @@ def read_release_avro(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"releases": releases, "budget": budget}
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return ", ".join(_shown(v) for v in value)
+    return str(value)
+
+
+def _shorten(text: str, width: int = 58) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _chart_png(document: Mapping[str, Any]) -> bytes:
     import matplotlib
 
@@ -177,10 +189,16 @@ def _chart_png(document: Mapping[str, Any]) -> bytes:
         for r in releases
     ]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, max(3.0, 0.45 * len(releases) + 1.5)))
-    # budget split: epsilon spent per release, and what is left
-    epsilons = [float(r["epsilon"]) for r in releases]
+    # budget split: epsilon charged per budget share (a per-key statistic is one share, however
+    # many keys it released), and what is left
+    shares = list(budget.get("shares", []))
+    share_names = [str(share["name"]) for share in shares]
+    epsilons = [float(share.get("epsilon_spent", share.get("epsilon", 0.0))) for share in shares]
+    if not shares:  # a budget without a share list: one bar per release
+        share_names = labels
+        epsilons = [float(r["epsilon"]) for r in releases]
     remaining = max(float(budget["epsilon_total"]) - float(budget["epsilon_spent"]), 0.0)
-    names = [*labels, "unspent"]
+    names = [*share_names, "unspent"]
     left.barh(names, [*epsilons, remaining], color=["#4C72B0"] * len(epsilons) + ["#CCCCCC"])
     left.set_xlabel("epsilon")
     left.set_title(f"Budget split (total epsilon = {float(budget['epsilon_total']):g})")
@@ -203,8 +221,11 @@ def _chart_png(document: Mapping[str, Any]) -> bytes:
     else:
         right.axis("off")
     lines = [
-        f"{label}: {r['value']}  (score within {float(r['accuracy'].get('score_loss', 0.0)):.3g}"
-        f" of the best at {float(r['accuracy'].get('confidence', 0.95)):.0%})"
+        _shorten(
+            f"{label}: {_shown(r['value'])} (score within "
+            f"{float(r['accuracy'].get('score_loss', 0.0)):.3g} at "
+            f"{float(r['accuracy'].get('confidence', 0.95)):.0%})"
+        )
         for label, r in zip(labels, releases, strict=True)
         if not (isinstance(r["value"], (int, float)) and not isinstance(r["value"], bool))
     ]
