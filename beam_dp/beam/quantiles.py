@@ -64,18 +64,18 @@ import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 from apache_beam.pvalue import AsDict, PCollection
-from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_dp._validation import (
-    check_positive_finite,
     check_positive_int,
     check_probability_open,
     check_relation,
 )
 from beam_dp.accounting import BudgetShare
-from beam_dp.batching import KEY, VALUE, ColumnBatch, ContributionBounds, PublicIndex, num_rows
-from beam_dp.batching.columns import take
+from beam_dp.batching import VALUE, ColumnBatch, ContributionBounds, PublicIndex
 from beam_dp.beam.bounding import BoundContributions, EncodeBatches
+from beam_dp.beam.selection_combiners import AttachWindowFn, MarkerFn, split_by_key
+from beam_dp.beam.selection_spec import resolve_budget
 from beam_dp.mechanisms import RandomSource
 from beam_dp.release import Release, make_release
 from beam_dp.summaries.histogram import (
@@ -162,46 +162,6 @@ def make_grid(grid: GridLike, lower: object, upper: object, num_points: object) 
             f"'grid' must be 'uniform', 'log', a sequence of points or a Grid; received {grid!r}"
         )
     return Grid.explicit(grid, lower, upper)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class _Budget:
-    name: str
-    epsilon: float
-    rho: float | None
-
-
-def _resolve_budget(
-    epsilon: object, *, name: str | None, default_name: str, mechanism: str, rounds: int
-) -> _Budget:
-    """Read ``epsilon``: a float, or an allocated share for ``mechanism`` and ``rounds``."""
-    if isinstance(epsilon, BudgetShare):
-        if not epsilon.allocated:
-            raise ValueError(
-                f"budget share {epsilon.name!r} has no epsilon yet: call "
-                "PrivacyBudget.finalize() before building the transform"
-            )
-        if epsilon.mechanism != mechanism:
-            raise ValueError(
-                f"budget share {epsilon.name!r} was requested for mechanism "
-                f"{epsilon.mechanism!r}, but this transform runs {mechanism!r} ('method')"
-            )
-        if epsilon.rounds != rounds:
-            raise ValueError(
-                f"budget share {epsilon.name!r} covers rounds={epsilon.rounds}, but this "
-                f"transform composes {rounds} round(s); request it with rounds={rounds}"
-            )
-        if name is not None and name != epsilon.name:
-            raise ValueError(
-                f"'name' ({name!r}) differs from the budget share's name ({epsilon.name!r}); "
-                "leave 'name' unset"
-            )
-        return _Budget(epsilon.name, float(epsilon.epsilon), epsilon.rho)
-    check_positive_finite(epsilon, "epsilon")
-    chosen = default_name if name is None else name
-    if not isinstance(chosen, str) or not chosen:
-        raise ValueError(f"'name' must be a non-empty string; received {chosen!r}")
-    return _Budget(chosen, float(epsilon), None)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -585,17 +545,6 @@ class MeanCombineFn(beam.CombineFn):
 # ------------------------------------------------------------------------------ plumbing
 
 
-def _split_by_key(batch: ColumnBatch) -> Iterator[tuple[int, ColumnBatch]]:
-    """An encoded batch into ``(key position, sub-batch)`` pairs."""
-    if not num_rows(batch) or KEY not in batch:
-        return
-    keys = batch[KEY]
-    order = np.argsort(keys, kind="stable")
-    boundaries = np.flatnonzero(np.diff(keys[order])) + 1
-    for rows in np.split(order, boundaries):
-        yield int(keys[rows[0]]), take(batch, rows)
-
-
 class _KeyRawFn(beam.DoFn):
     """``(key, number or array)`` to ``(key position, array)``; other keys are dropped."""
 
@@ -623,22 +572,6 @@ def _every_key(_: Any, num_keys: int) -> Iterator[tuple[int, ColumnBatch]]:
         yield position, EMPTY
 
 
-class _MarkerFn(beam.CombineFn):
-    """One ``None`` per window that holds any element (to give every public key a release)."""
-
-    def create_accumulator(self) -> None:
-        return None
-
-    def add_input(self, accumulator: None, element: Any) -> None:
-        return None
-
-    def merge_accumulators(self, accumulators: Iterable[None]) -> None:
-        return None
-
-    def extract_output(self, accumulator: None) -> None:
-        return None
-
-
 class _AttachKeyFn(beam.DoFn):
     def __init__(self, keys: tuple[Any, ...]) -> None:
         super().__init__()
@@ -647,17 +580,6 @@ class _AttachKeyFn(beam.DoFn):
     def process(self, element: tuple[int, Release]) -> Iterator[Release]:
         position, release = element
         yield dataclasses.replace(release, key=self._keys[position])
-
-
-class _AttachWindowFn(beam.DoFn):
-    """Record the window of each release (nothing for the global window)."""
-
-    def process(self, release: Release, window: Any = beam.DoFn.WindowParam) -> Iterator[Release]:
-        if isinstance(window, GlobalWindow) or not hasattr(window, "start"):
-            yield release
-        else:
-            bounds = f"[{window.start.to_rfc3339()}, {window.end.to_rfc3339()})"
-            yield dataclasses.replace(release, window=bounds)
 
 
 def _drop_key(element: tuple[Any, Any]) -> Any:
@@ -688,7 +610,7 @@ def _prepare(pcoll: PCollection, common: _Common) -> PCollection:
         )
     if common.keys is None:
         return batches
-    return batches | "SplitByKey" >> beam.FlatMap(_split_by_key)
+    return batches | "SplitByKey" >> beam.FlatMap(split_by_key)
 
 
 def _with_every_key(pcoll: PCollection, keyed: PCollection, common: _Common) -> PCollection:
@@ -696,7 +618,7 @@ def _with_every_key(pcoll: PCollection, keyed: PCollection, common: _Common) -> 
     if isinstance(pcoll.windowing.windowfn, GlobalWindows):
         markers = pcoll.pipeline | "Once" >> beam.Create([None])
     else:
-        markers = keyed | "WindowMarkers" >> beam.CombineGlobally(_MarkerFn()).without_defaults()
+        markers = keyed | "WindowMarkers" >> beam.CombineGlobally(MarkerFn()).without_defaults()
     every_key = markers | "EveryPublicKey" >> beam.FlatMap(_every_key, len(common.keys))
     return (keyed, every_key) | "WithEveryKey" >> beam.Flatten()
 
@@ -721,7 +643,7 @@ def _expand_combine(pcoll: PCollection, common: _Common, combine_fn: beam.Combin
             | "SelectPerKey" >> beam.CombinePerKey(combine_fn)
             | "AttachKey" >> beam.ParDo(_AttachKeyFn(common.keys))
         )
-    return releases | "AttachWindow" >> beam.ParDo(_AttachWindowFn())
+    return releases | "AttachWindow" >> beam.ParDo(AttachWindowFn())
 
 
 def _expand_refined(pcoll: PCollection, common: _Common, spec: _QuantileSpec) -> PCollection:
@@ -740,7 +662,7 @@ def _expand_refined(pcoll: PCollection, common: _Common, spec: _QuantileSpec) ->
         releases = releases | "DropKey" >> beam.Map(_drop_key)
     else:
         releases = releases | "AttachKey" >> beam.ParDo(_AttachKeyFn(common.keys))
-    return releases | "AttachWindow" >> beam.ParDo(_AttachWindowFn())
+    return releases | "AttachWindow" >> beam.ParDo(AttachWindowFn())
 
 
 # -------------------------------------------------------------------------- transforms
@@ -877,7 +799,7 @@ class _QuantileTransform(beam.PTransform):
         rounds = plan_quantiles(
             parsed, epsilon=1.0, num_candidates=the_grid.num_points, split=split
         ).rounds
-        budget = _resolve_budget(
+        budget = resolve_budget(
             epsilon,
             name=name,
             default_name=self._STATISTIC,
@@ -1163,7 +1085,7 @@ class _MeanTransform(beam.PTransform):
             rng=rng,
         )
         the_grid = make_grid(grid, common.lower, common.upper, num_points)
-        budget = _resolve_budget(
+        budget = resolve_budget(
             epsilon, name=name, default_name="mean", mechanism=common.method, rounds=1
         )
         per_key_epsilon = Fraction(budget.epsilon) / common.keys_per_unit

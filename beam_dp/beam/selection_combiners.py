@@ -411,7 +411,7 @@ def split_by_key(batch: ColumnBatch) -> Iterator[tuple[int, ColumnBatch]]:
 
     Every unit's rows for one key stay together, so per-unit reductions remain correct.
     """
-    if not num_rows(batch):
+    if not num_rows(batch) or KEY not in batch:
         return
     keys = batch[KEY]
     order = np.argsort(keys, kind="stable")

@@ -95,12 +95,13 @@ def resolve_budget(
             raise ValueError(
                 f"budget share {epsilon.name!r} was requested for mechanism "
                 f"{epsilon.mechanism!r}, but this transform runs {mechanism!r}; request the "
-                "share with the transform's mechanism (method and k decide it)"
+                "share with the transform's mechanism (its method, and k for top-k, decide it)"
             )
         if epsilon.rounds != rounds:
             raise ValueError(
                 f"budget share {epsilon.name!r} covers rounds={epsilon.rounds}, but this "
-                f"transform composes {rounds} selection(s) (k); request it with rounds={rounds}"
+                f"transform composes {rounds} round(s) (k for top-k, the levels or quantiles of a "
+                f"quantile release); request it with rounds={rounds}"
             )
         if name is not None and name != epsilon.name:
             raise ValueError(
