@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from beam_dp.batching.hashing import stable_hash64
+from beam_dp.errors import BadRecordError
 
 __all__ = [
     "CANDIDATE",
@@ -58,10 +59,6 @@ ColumnBatch = dict[str, npt.NDArray[Any]]
 OnBadRecord = Literal["fail", "skip"]
 
 _DTYPES: dict[str, Any] = {UNIT: np.uint64, CANDIDATE: np.int64, VALUE: np.float64, KEY: np.int64}
-
-
-class BadRecordError(ValueError):
-    """Input that breaks a rule. The message names the source, the field and the rule only."""
 
 
 @dataclass(frozen=True)
