@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import math
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -252,7 +253,15 @@ def test_record_under_zcdp_needs_rho() -> None:
     budget.record(entry_for("em", "exponential", 0.1, share.rho))
 
 
-@settings(max_examples=25, deadline=None)
+_TOO_SMALL = re.compile(
+    r"share 's(?P<index>\d+)': rho=(?P<rho>\S+) per round is below what "
+    r"delta=(?P<delta>\S+) already covers"
+)
+
+
+# derandomize=False even under the CI profile: a property run with fresh examples on every run,
+# so that a counterexample (like the Gaussian refusal above, once missed) cannot hide.
+@settings(max_examples=25, deadline=None, derandomize=False, database=None)
 @given(
     st.floats(min_value=0.05, max_value=10.0),
     st.floats(min_value=1e-12, max_value=1e-3),
@@ -274,7 +283,16 @@ def test_finalized_zcdp_plan_composes_within_the_total(
         budget.request(f"s{i}", mechanism=mechanism, weight=weight, rounds=rounds)
         for i, (mechanism, weight, rounds) in enumerate(requests)
     ]
-    budget.finalize()
+    try:
+        budget.finalize()
+    except ValueError as error:
+        # The one valid refusal: a Gaussian share so small that its per-round rho converts to
+        # epsilon 0 at the delta left for zCDP (δ alone already covers it).
+        found = _TOO_SMALL.search(str(error))
+        assert found is not None, str(error)
+        assert requests[int(found["index"])][0] == "gaussian"
+        assert zcdp_to_approx_dp(float(found["rho"]), float(found["delta"])) == 0.0
+        return
     total_rho = sum(share.rho or 0.0 for share in shares)
     assert zcdp_to_approx_dp(total_rho, delta) <= epsilon * (1 + TOLERANCE)
     assert zcdp_to_approx_dp(total_rho, delta) == pytest.approx(epsilon, rel=1e-9)
