@@ -10,25 +10,41 @@ Standard column names of an encoded batch:
 * ``VALUE`` (``"value"``): float64, a numeric field (a price, a measurement).
 * ``KEY`` (``"key"``): int64, the position of the record's partition key in a public key list.
 
-Bad records (a null identifier, a null or NaN value, a value that is not a number) follow
-``on_bad_record``: ``"fail"`` raises :class:`BadRecordError` naming the source, the field and the
-rule (never a value), ``"skip"`` drops them and reports only how many.
+Bad records follow ``on_bad_record``: ``"fail"`` raises :class:`BadRecordError` naming the
+source, the field and the rule (never a value, never a count), ``"skip"`` drops them (the
+counts go to :class:`EncodeStats` only). Each rule looks at one record alone, so whether a
+record is kept never depends on the other records of its batch:
+
+* a privacy-unit id that is null or not an identifier (a float that is not a whole number,
+  NaN, ±inf, a boolean, binary that is not UTF-8, a temporal or nested value); ids are read by
+  the canonical identity of :mod:`beam_dp.batching.hashing` (``42`` and ``"42"`` are one unit);
+* a value that is null, NaN, +inf or -inf, or text that is not a decimal number (±inf is a bad
+  record in every format: a Parquet double and the CSV text ``inf`` alike);
+* a null candidate or key. A candidate or key that is not in the public list is dropped (a
+  public rule: it could never be released) and counted apart.
+
+A field that is missing, or a value field whose Arrow type is not numeric or text, fails the
+batch with either setting. Input given as Python values (a mapping of lists, a list of dicts)
+is built into columns value by value when a field mixes types, never by a batch-wide guess.
+No message ever quotes a value or passes on a library's message.
 """
 
 from __future__ import annotations
 
+import decimal
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_dp.batching.hashing import stable_hash64
-from beam_dp.errors import BadRecordError
+from beam_dp.batching.hashing import canonical_hash64, canonical_id_text
+from beam_dp.errors import BadRecordError, data_error
 
 __all__ = [
     "CANDIDATE",
@@ -59,6 +75,62 @@ ColumnBatch = dict[str, npt.NDArray[Any]]
 OnBadRecord = Literal["fail", "skip"]
 
 _DTYPES: dict[str, Any] = {UNIT: np.uint64, CANDIDATE: np.int64, VALUE: np.float64, KEY: np.int64}
+_T = TypeVar("_T")
+# Exceptions a library raises on data it cannot convert (their messages may quote a value).
+_LIBRARY_ERRORS = (
+    pa.ArrowException,
+    TypeError,
+    ValueError,
+    OverflowError,
+    ArithmeticError,
+    LookupError,
+    UnicodeError,
+)
+
+
+def _guarded(call: Callable[[], _T], source: str, rule: str, field_name: str | None = None) -> _T:
+    """Run ``call``; a library error becomes a :class:`BadRecordError` from public parts only.
+
+    The error is raised outside the ``except`` block, so that neither ``__cause__`` nor
+    ``__context__`` carries the library's exception (whose message may quote a value).
+    """
+    failed: str | None = None
+    try:
+        return call()
+    except BadRecordError:
+        raise
+    except _LIBRARY_ERRORS as exc:
+        failed = type(exc).__name__
+    raise data_error(source, f"{rule}; {failed}", field=field_name)
+
+
+def _label_key(value: Any) -> Any:
+    """A value's label identity for comparing labels and data of different types.
+
+    Numbers compare by value (``1``, ``1.0`` and the text ``"1"`` are one label, as an integer
+    id and its canonical decimal text are one unit); other text and bytes by their text.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return ("bool", bool(value))
+    if isinstance(value, (float, np.floating, decimal.Decimal)):
+        number = float(value)
+        if math.isfinite(number) and number.is_integer():
+            return ("number", int(value))
+        return ("number", number)
+    if isinstance(value, (int, np.integer)):
+        return ("number", int(value))
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = canonical_id_text(value)
+        if value is None:
+            return None
+    if isinstance(value, str):
+        text = canonical_id_text(value)
+        if text is not None and text.lstrip("-").isdigit() and str(int(text)) == text:
+            return ("number", int(text))
+        return ("text", value)
+    return ("other", repr(value))
 
 
 @dataclass(frozen=True)
@@ -66,7 +138,9 @@ class PublicIndex:
     """A public, ordered list of labels (candidates or partition keys) and their positions.
 
     Labels must be public: chosen by the analyst or from public knowledge, never read from the
-    data (DESIGN: candidates are public).
+    data (DESIGN: candidates are public). A data value matches a label of another Arrow type
+    when the label converts to the data's type exactly, or else when both are the same number
+    or the same text (``1``, ``1.0`` and ``"1"`` match the label ``1``).
     """
 
     labels: tuple[Any, ...]
@@ -81,31 +155,62 @@ class PublicIndex:
         for item in items:
             if isinstance(item, float) and not math.isfinite(item):
                 raise ValueError("'candidates' must be finite; received NaN or infinity")
+        failed = False
+        try:
+            value_set = pa.array(list(items))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            failed = True
+        if failed:
+            raise ValueError(
+                "'candidates' must all be numbers or all be text (one Arrow type); received a "
+                "mix of types"
+            )
         object.__setattr__(self, "labels", items)
-        object.__setattr__(self, "_value_set", pa.array(list(items)))
+        object.__setattr__(self, "_value_set", value_set)
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def lookup(self, values: Any) -> npt.NDArray[np.int64]:
-        """Position of each value in the list, -1 where it is not a public label."""
-        array = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
+        """Position of each value in the list, -1 where it is not a public label (or null).
+
+        Raises:
+            BadRecordError: never with a value in its message (a library error on the data
+                becomes one built from the rule only).
+        """
+        return _guarded(lambda: self._lookup(values), "input", "labels could not be compared")
+
+    def _lookup(self, values: Any) -> npt.NDArray[np.int64]:
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            array = values
+        else:
+            try:
+                array = pa.array(values)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+                return self._lookup_by_key(items)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
         if pa.types.is_dictionary(array.type):
             array = array.cast(array.type.value_type)
         value_set = self._value_set
         if array.type != value_set.type:
             try:
                 value_set = value_set.cast(array.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise BadRecordError(
-                    f"the field's type {array.type} cannot hold the public labels "
-                    f"(type {value_set.type})"
-                ) from exc
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                return self._lookup_by_key(array.to_pylist())
         index = pc.index_in(array, value_set=value_set)
         result: npt.NDArray[np.int64] = (
             index.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
         )
         return result
+
+    def _lookup_by_key(self, items: Sequence[Any]) -> npt.NDArray[np.int64]:
+        """Row-wise comparison by :func:`_label_key` (labels and data of different types)."""
+        positions: dict[Any, int] = {}
+        for position, label in enumerate(self.labels):
+            positions.setdefault(_label_key(label), position)
+        return np.array([positions.get(_label_key(v), -1) for v in items], dtype=np.int64)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PublicIndex, (self.labels,))
@@ -113,7 +218,8 @@ class PublicIndex:
 
 @dataclass
 class EncodeStats:
-    """Aggregate counts from encoding (safe to log: no values)."""
+    """Aggregate counts from encoding (exact and data-dependent: reported only behind
+    :func:`beam_dp.telemetry.enable_exact_counts`)."""
 
     rows_read: int = 0
     bad_records: int = 0
@@ -155,19 +261,76 @@ def concat_batches(batches: Iterable[ColumnBatch]) -> ColumnBatch:
     return {name: np.concatenate([b[name] for b in items]) for name in names}
 
 
-def as_table(batch: Any) -> pa.RecordBatch | pa.Table:
+def _value_text(value: Any) -> str | None:
+    """One Python value of a mixed field as text: numbers stay parsable, the rest is None."""
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    return canonical_id_text(value)
+
+
+def _array_of(values: Any, as_id: bool) -> pa.Array | pa.ChunkedArray:
+    """One column from Python values: Arrow's own type when the values share one, else text.
+
+    A field that mixes types (``42`` and ``"u7"``, ints and bools) is built value by value
+    (:func:`canonical_id_text` for ids), so a value's reading never depends on its batch.
+    """
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, np.ndarray) and values.dtype.kind != "O":
+        return pa.array(values)
+    items = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    try:
+        return pa.array(items)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    text = canonical_id_text if as_id else _value_text
+    return pa.array([text(v) for v in items], type=pa.string())
+
+
+def as_table(
+    batch: Any, *, source: str = "input", id_columns: Sequence[str] = ()
+) -> pa.RecordBatch | pa.Table:
+    """A batch as a RecordBatch or Table (mapping of columns or list of dicts accepted).
+
+    Args:
+        batch: a pyarrow RecordBatch/Table, a mapping of columns, or a list of mappings.
+        source: a name for error messages.
+        id_columns: fields read as identifiers when they mix types (canonical text).
+
+    Raises:
+        BadRecordError: the batch cannot be read as columns (messages hold no value).
+    """
     if isinstance(batch, (pa.RecordBatch, pa.Table)):
         return batch
     if isinstance(batch, Mapping):
-        return pa.table(
-            {k: (v if isinstance(v, (pa.Array, np.ndarray)) else list(v)) for k, v in batch.items()}
+        columns = dict(batch)
+    elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
+        rows = list(batch)
+        if not all(isinstance(row, Mapping) for row in rows):
+            raise data_error(source, "a batch given as a list must hold one mapping per record")
+        names: dict[Any, None] = {}
+        for row in rows:
+            names.update(dict.fromkeys(row))
+        columns = {name: [row.get(name) for row in rows] for name in names}
+    else:
+        raise TypeError(
+            "a batch must be a pyarrow RecordBatch or Table, a mapping of columns or a list of "
+            f"dicts; received type {type(batch).__name__}"
         )
-    if isinstance(batch, Sequence):
-        return pa.Table.from_pylist(list(batch))
-    raise TypeError(
-        "a batch must be a pyarrow RecordBatch or Table, a mapping of columns or a list of "
-        f"dicts; received type {type(batch).__name__}"
-    )
+    if not all(isinstance(name, str) for name in columns):
+        raise data_error(source, "field names must be text")
+    arrays = {
+        name: _guarded(
+            partial(_array_of, values, name in id_columns),
+            source,
+            "the field's values could not be read as one column",
+            name,
+        )
+        for name, values in columns.items()
+    }
+    return _guarded(lambda: pa.table(arrays), source, "every field must have one value per record")
 
 
 def _column(table: pa.RecordBatch | pa.Table, name: str, source: str) -> pa.Array:
@@ -175,37 +338,86 @@ def _column(table: pa.RecordBatch | pa.Table, name: str, source: str) -> pa.Arra
         raise BadRecordError(f"{source}: field '{name}' is missing (rule: the field is required)")
     column = table.column(name)
     if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+        column = _guarded(column.combine_chunks, source, "the field could not be read", name)
+    if pa.types.is_dictionary(column.type):
+        decoded = column
+        column = _guarded(
+            lambda: decoded.cast(decoded.type.value_type),
+            source,
+            "the field could not be read",
+            name,
+        )
     return column
 
 
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
 
 
+def _parse_numbers(array: pa.Array) -> npt.NDArray[np.float64]:
+    """Text entries as float64, NaN where an entry is no decimal number (entry by entry)."""
+    array = pc.utf8_trim_whitespace(array)
+    parsable = pc.fill_null(pc.match_substring_regex(array, _NUMBER), False)
+    array = pc.if_else(parsable, array, pa.scalar(None, array.type))
+    try:
+        parsed = pc.cast(array, pa.float64())
+    except (pa.ArrowException, ValueError):  # one entry at a time, never quoting any
+        return np.array(
+            [math.nan if v is None else _float_or_nan(v) for v in array.to_pylist()],
+            dtype=np.float64,
+        )
+    values: npt.NDArray[np.float64] = parsed.fill_null(math.nan).to_numpy(zero_copy_only=False)
+    return values
+
+
+def _float_or_nan(text: str) -> float:
+    try:
+        return float(text)
+    except (ValueError, OverflowError):
+        return math.nan
+
+
 def _numeric(
     array: pa.Array, name: str, source: str
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """The column as float64 and a mask of bad entries (null, NaN, or text that is no number).
+    """The column as float64 and a mask of bad entries (null, NaN, ±inf, text no number).
 
     Text columns (CSV, JSON lines) are parsed entry by entry, so one bad entry is one bad
-    record, not a bad column.
+    record, not a bad column. Integers beyond 2**53 are rounded to the nearest double (never
+    an error quoting the value).
     """
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = pc.utf8_trim_whitespace(array)
-        parsable = pc.fill_null(pc.match_substring_regex(array, _NUMBER), False)
-        array = pc.if_else(parsable, array, pa.scalar(None, array.type))
-        array = pc.cast(array, pa.float64())
-    elif not (
-        pa.types.is_integer(array.type)
-        or pa.types.is_floating(array.type)
-        or pa.types.is_decimal(array.type)
-        or pa.types.is_null(array.type)
-    ):
-        raise BadRecordError(
-            f"{source}: field '{name}' has type {array.type} (rule: the field must be numeric)"
+    kind = array.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        values = _parse_numbers(
+            array.cast(pa.large_string()) if pa.types.is_string_view(kind) else array
         )
-    values = pc.cast(array, pa.float64()).fill_null(math.nan).to_numpy(zero_copy_only=False)
-    return values.astype(np.float64, copy=False), np.isnan(values)
+    elif pa.types.is_integer(kind):
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        numbers = array.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+        values = np.where(nulls, math.nan, numbers)
+    elif pa.types.is_floating(kind):
+        values = array.cast(pa.float64()).fill_null(math.nan).to_numpy(zero_copy_only=False)
+    elif pa.types.is_decimal(kind):
+        try:
+            values = pc.cast(array, pa.float64()).fill_null(math.nan).to_numpy(zero_copy_only=False)
+        except (pa.ArrowException, ValueError):
+            values = np.array(
+                [math.nan if v is None else float(v) for v in array.to_pylist()], np.float64
+            )
+    elif pa.types.is_null(kind):
+        values = np.full(len(array), math.nan)
+    else:
+        raise BadRecordError(
+            f"{source}: field '{name}' has type {kind} (rule: the field must be numeric)"
+        )
+    values = np.asarray(values, dtype=np.float64)
+    return values, ~np.isfinite(values)
+
+
+def _null_rows(column: pa.Array) -> npt.NDArray[np.bool_]:
+    if not column.null_count:
+        return np.zeros(len(column), dtype=bool)
+    rows: npt.NDArray[np.bool_] = column.is_null().to_numpy(zero_copy_only=False)
+    return rows
 
 
 def encode_batch(
@@ -235,7 +447,9 @@ def encode_batch(
 
     Raises:
         BadRecordError: with ``on_bad_record="fail"``, on the first rule broken; always for a
-            missing field or a field of the wrong type. Messages never contain a value.
+            missing field or a value field of the wrong type. Messages never contain a value
+            or a count, and never carry a library's exception.
+        ValueError: for a bad parameter (never about the data).
     """
     if on_bad_record not in ("fail", "skip"):
         raise ValueError(f"'on_bad_record' must be 'fail' or 'skip'; received {on_bad_record!r}")
@@ -243,7 +457,39 @@ def encode_batch(
         raise ValueError("'candidate_column' and 'candidates' must be given together")
     if (key_column is None) != (keys is None):
         raise ValueError("'key_column' and 'keys' must be given together")
-    table = as_table(batch)
+    ids = () if unit_column is None else (unit_column,)
+    table = as_table(batch, source=source, id_columns=ids)
+    return _guarded(
+        lambda: _encode_table(
+            table,
+            unit_column=unit_column,
+            candidate_column=candidate_column,
+            candidates=candidates,
+            value_column=value_column,
+            key_column=key_column,
+            keys=keys,
+            on_bad_record=on_bad_record,
+            source=source,
+            stats=stats,
+        ),
+        source,
+        "the batch could not be encoded",
+    )
+
+
+def _encode_table(
+    table: pa.RecordBatch | pa.Table,
+    *,
+    unit_column: str | None,
+    candidate_column: str | None,
+    candidates: PublicIndex | None,
+    value_column: str | None,
+    key_column: str | None,
+    keys: PublicIndex | None,
+    on_bad_record: OnBadRecord,
+    source: str,
+    stats: EncodeStats | None,
+) -> ColumnBatch:
     n = table.num_rows
     bad = np.zeros(n, dtype=bool)
     known = np.ones(n, dtype=bool)
@@ -252,49 +498,46 @@ def encode_batch(
 
     if unit_column is not None:
         unit = _column(table, unit_column, source)
-        if unit.null_count:
-            problems.append(f"field '{unit_column}' must not be null ({unit.null_count} record(s))")
-            bad |= unit.is_null().to_numpy(zero_copy_only=False)
-            unit = unit.fill_null(0) if pa.types.is_integer(unit.type) else unit.fill_null("")
-        try:
-            out[UNIT] = stable_hash64(unit)
-        except TypeError as exc:
-            raise BadRecordError(
-                f"{source}: field '{unit_column}' has type {unit.type} "
-                "(rule: privacy-unit identifiers must be integers or strings)"
-            ) from exc
-    if candidate_column is not None and candidates is not None:
-        column = _column(table, candidate_column, source)
-        if column.null_count:
+        nulls = _null_rows(unit)
+        hashes, not_ids = _guarded(
+            lambda: canonical_hash64(unit),
+            source,
+            "privacy-unit identifiers must be integers or text",
+            unit_column,
+        )
+        if nulls.any():
+            problems.append(f"field '{unit_column}' must not be null")
+        if (not_ids & ~nulls).any():
             problems.append(
-                f"field '{candidate_column}' must not be null ({column.null_count} record(s))"
+                f"field '{unit_column}' must hold privacy-unit identifiers: integers, whole "
+                "numbers or text (not a fraction, NaN, infinity, boolean or nested value)"
             )
-            bad |= column.is_null().to_numpy(zero_copy_only=False)
-        try:
-            index = candidates.lookup(column)
-        except BadRecordError as exc:
-            raise BadRecordError(f"{source}: field '{candidate_column}': {exc}") from exc
-        known &= (index >= 0) | bad
-        out[CANDIDATE] = index
-    if key_column is not None and keys is not None:
-        column = _column(table, key_column, source)
-        if column.null_count:
-            problems.append(
-                f"field '{key_column}' must not be null ({column.null_count} record(s))"
-            )
-            bad |= column.is_null().to_numpy(zero_copy_only=False)
-        try:
-            index = keys.lookup(column)
-        except BadRecordError as exc:
-            raise BadRecordError(f"{source}: field '{key_column}': {exc}") from exc
-        known &= (index >= 0) | bad
-        out[KEY] = index
+        bad |= not_ids | nulls
+        out[UNIT] = hashes
+    for name, index, encoded in (
+        (candidate_column, candidates, CANDIDATE),
+        (key_column, keys, KEY),
+    ):
+        if name is None or index is None:
+            continue
+        column = _column(table, name, source)
+        nulls = _null_rows(column)
+        if nulls.any():
+            problems.append(f"field '{name}' must not be null")
+            bad |= nulls
+        positions = _guarded(
+            partial(index._lookup, column),
+            source,
+            "the field's values could not be compared with the public labels",
+            name,
+        )
+        known &= (positions >= 0) | bad
+        out[encoded] = positions
     if value_column is not None:
         values, missing = _numeric(_column(table, value_column, source), value_column, source)
         if missing.any():
             problems.append(
-                f"field '{value_column}' must be a number, not null or NaN "
-                f"({int(missing.sum())} record(s))"
+                f"field '{value_column}' must be a number, not null or NaN, nor infinite"
             )
         bad |= missing
         out[VALUE] = values

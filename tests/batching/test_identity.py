@@ -1,0 +1,276 @@
+"""One canonical identity per privacy unit, whatever its Arrow type, batch, file or format."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import itertools
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_dp.batching import (
+    UNIT,
+    VALUE,
+    ContributionBounds,
+    bound_rows,
+    concat_batches,
+    encode_batch,
+    stable_hash64,
+    take,
+)
+from beam_dp.batching.hashing import canonical_hash64, canonical_id_text
+
+
+def _one(values: Any) -> list[int | None]:
+    """Hashes of ``values``, ``None`` where the identifier is bad."""
+    hashes, bad = canonical_hash64(values)
+    return [None if b else int(h) for h, b in zip(hashes.tolist(), bad.tolist(), strict=True)]
+
+
+def _ref(ids: list[int]) -> list[int | None]:
+    return _one(pa.array(ids, type=pa.int64()))
+
+
+def test_an_integer_and_its_decimal_text_are_one_unit_in_every_arrow_type() -> None:
+    ids = [42, -7, 0, 2**62 + 12345, -(2**63), 2**63 - 1]
+    texts = [str(i) for i in ids]
+    expected = _ref(ids)
+    forms: dict[str, Any] = {
+        "numpy int64": np.array(ids, dtype=np.int64),
+        "python ints": ids,
+        "string": pa.array(texts),
+        "large_string": pa.array(texts, type=pa.large_string()),
+        "string_view": pa.array(texts).cast(pa.string_view()),
+        "binary": pa.array([t.encode() for t in texts], type=pa.binary()),
+        "large_binary": pa.array([t.encode() for t in texts], type=pa.large_binary()),
+        "dictionary of text": pa.array(texts).dictionary_encode(),
+        "dictionary of ints": pa.array(ids).dictionary_encode(),
+        "decimal128": pa.array([decimal.Decimal(i) for i in ids], type=pa.decimal128(38, 2)),
+        "chunked": pa.chunked_array([pa.array(texts[:2]), pa.array(texts[2:])]),
+        "python mix": [ids[0], texts[1], float(ids[2]), texts[3].encode(), ids[4], texts[5]],
+        "numpy objects": np.array([ids[0], texts[1], *ids[2:]], dtype=object),
+    }
+    for name, values in forms.items():
+        assert _one(values) == expected, name
+    small = [42, -7, 0]
+    for arrow_type in (pa.int8(), pa.int16(), pa.int32(), pa.float16(), pa.float32()):
+        assert _one(pa.array(small, type=arrow_type)) == _ref(small), str(arrow_type)
+    assert _one(pa.array([42, 0], type=pa.uint64())) == _ref([42, 0])
+    assert _one(pa.array([42.0, -7.0, -0.0])) == _ref(small)  # whole floats, -0.0 is 0
+    assert _one(np.array([42.0, 2.0**62])) == _ref([42, 2**62])
+
+
+def test_text_that_is_not_canonical_decimal_is_taken_verbatim() -> None:
+    forty_two = _ref([42])[0]
+    zero = _ref([0])[0]
+    variants = ["042", " 42", "42 ", "42.0", "+42", "4.2e1", "４２"]
+    hashes = _one(pa.array(variants))
+    assert forty_two not in hashes and len(set(hashes)) == len(variants)
+    assert _one(["-0"])[0] != zero and _one(["00"])[0] != zero
+    # verbatim text hashes as its bytes, whatever the container
+    assert _one(pa.array(variants).dictionary_encode()) == hashes
+    assert _one([v.encode() for v in variants]) == hashes
+
+
+def test_integers_beyond_int64_are_named_by_their_decimal_text() -> None:
+    big = [2**63, 2**64 - 1]
+    as_text = _one(pa.array([str(b) for b in big]))
+    assert _one(pa.array(big, type=pa.uint64())) == as_text
+    assert _one(big) == as_text  # Python ints
+    assert _one(pa.array([decimal.Decimal(b) for b in big], type=pa.decimal128(38, 0))) == as_text
+    huge = 10**30
+    assert _one([huge]) == _one([str(huge)]) == _one([decimal.Decimal(huge)])
+    # the int64 range ends where it should: 2**63 - 1 is an integer, -2**63 - 1 is text
+    assert _one(["9223372036854775807"]) == _ref([2**63 - 1])
+    assert _one(["-9223372036854775808"]) == _ref([-(2**63)])
+    assert _one(["-9223372036854775809"]) == _one([-(2**63) - 1])
+    assert None not in _one(["-9223372036854775809", "9999999999999999999"])
+
+
+def test_bad_identifiers_are_flagged_row_by_row() -> None:
+    assert _one(pa.array([1.5, math.nan, math.inf, -math.inf, 1e19, 3.0])) == [
+        None,
+        None,
+        None,
+        None,
+        None,  # a whole float beyond int64: bad, like canonical_id_text says
+        _ref([3])[0],
+    ]
+    assert _one(pa.array([True, False])) == [None, None]
+    assert _one(pa.array([b"\xff\xfe", b"ok", None])) == [None, _one(["ok"])[0], None]
+    assert _one(pa.array(["a", None])) == [_one(["a"])[0], None]
+    assert _one(pa.array([decimal.Decimal("1.5"), decimal.Decimal("2")])) == [None, _ref([2])[0]]
+    assert _one(pa.array([datetime.date(2020, 1, 1)])) == [None]
+    assert _one(pa.array([[1, 2]])) == [None]
+    assert _one(pa.array([None, None])) == [None, None]
+    assert _one(np.array([True])) == [None]
+    assert _one([True, 1, 2.5, None, "x"]) == [None, _ref([1])[0], None, None, _one(["x"])[0]]
+    with pytest.raises(ValueError, match="must not be null"):
+        stable_hash64(["a", None])
+    with pytest.raises(TypeError, match="integers or strings"):
+        stable_hash64(pa.array([1.5, 2.0]))
+
+
+VALUES = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.integers(-50, 50),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-1000, 1000).map(float),
+    st.text(max_size=6),
+    st.integers(-100, 100).map(str),
+    st.binary(max_size=4),
+    st.integers(0, 100).map(lambda i: str(i).encode()),
+    st.booleans(),
+    st.none(),
+    st.integers(-(10**25), 10**25).map(decimal.Decimal),
+)
+
+
+@settings(deadline=None, max_examples=100)
+@given(values=st.lists(VALUES, min_size=1, max_size=12))
+def test_a_rows_identity_does_not_depend_on_its_batch(values: list[Any]) -> None:
+    # row-wise: each value alone, and the values together, get the same hashes and flags
+    together = _one(values)
+    assert together == [_one([v])[0] for v in values]
+    assert _one(pa.array([canonical_id_text(v) for v in values], type=pa.string())) == together
+
+
+def _natural(value: Any) -> pa.Array:
+    """``value`` in its natural Arrow type."""
+    if isinstance(value, bool):
+        return pa.array([value], type=pa.bool_())
+    if isinstance(value, int):
+        arrow_type = pa.uint64() if 2**63 <= value < 2**64 else pa.int64()
+        if value >= 2**64 or value < -(2**63):
+            return pa.array([decimal.Decimal(value)], type=pa.decimal128(38, 0))
+        return pa.array([value], type=arrow_type)
+    if isinstance(value, float):
+        return pa.array([value], type=pa.float64())
+    if isinstance(value, str):
+        return pa.array([value], type=pa.string())
+    return pa.array([value], type=pa.binary())
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    value=st.one_of(
+        st.integers(-(2**63), 2**64 - 1),
+        st.integers(-(10**30), 10**30),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(-(2**53), 2**53).map(float),
+        st.text(max_size=8),
+        st.integers().map(str),
+        st.binary(max_size=8),
+        st.text(max_size=8).map(str.encode),
+        st.booleans(),
+    )
+)
+def test_canonical_id_text_hashes_as_the_value_in_its_natural_type(value: Any) -> None:
+    natural = _one(_natural(value))
+    text = canonical_id_text(value)
+    if text is None:
+        assert natural == [None]
+    else:
+        assert natural[0] is not None
+        assert [int(stable_hash64(pa.array([text])).tolist()[0])] == natural
+
+
+def test_canonical_id_text_rules() -> None:
+    assert canonical_id_text(42) == "42"
+    assert canonical_id_text(np.uint64(2**64 - 1)) == str(2**64 - 1)
+    assert canonical_id_text(42.0) == "42" and canonical_id_text(-0.0) == "0"
+    assert canonical_id_text(np.float32(3.0)) == "3"
+    assert canonical_id_text(decimal.Decimal("42.00")) == "42"
+    assert canonical_id_text("042") == "042" and canonical_id_text(b"abc") == "abc"
+    for bad in (None, True, np.bool_(False), 1.5, math.nan, math.inf, 1e19, b"\xff", [1], {}):
+        assert canonical_id_text(bad) is None, bad
+    assert canonical_id_text(decimal.Decimal("1.5")) is None
+    assert canonical_id_text(decimal.Decimal("NaN")) is None
+
+
+# --- the property the issue asks for: batches, shards and types never change the kept rows
+
+
+FORMS = ("int64", "string", "large_string", "dictionary", "float64", "mixed")
+
+
+def _render(units: list[int], form: str, mix: list[bool]) -> Any:
+    if form == "int64":
+        return pa.array(units, type=pa.int64())
+    if form == "float64":
+        return pa.array([float(u) for u in units], type=pa.float64())
+    texts = [str(u) for u in units]
+    if form == "string":
+        return pa.array(texts)
+    if form == "large_string":
+        return pa.array(texts, type=pa.large_string())
+    if form == "dictionary":
+        return pa.array(texts).dictionary_encode()
+    # Python values of mixed types in one field, as a list of dicts would give them
+    return [t if as_text else u for u, t, as_text in zip(units, texts, mix, strict=True)]
+
+
+def _kept(batch: dict[str, np.ndarray]) -> Counter[tuple[int, float]]:
+    return Counter(zip(batch[UNIT].tolist(), batch[VALUE].tolist(), strict=True))
+
+
+@settings(deadline=None, max_examples=120)
+@given(
+    data=st.data(),
+    rows=st.lists(st.tuples(st.integers(-3, 5), st.integers(0, 4)), min_size=1, max_size=60),
+    bound=st.integers(1, 3),
+    num_shards=st.integers(1, 3),
+    salt=st.integers(0, 2**64 - 1),
+)
+def test_any_split_into_batches_and_types_keeps_the_same_rows(
+    data: st.DataObject,
+    rows: list[tuple[int, int]],
+    bound: int,
+    num_shards: int,
+    salt: int,
+) -> None:
+    bounds = ContributionBounds(max_contributions_per_unit=bound)
+    units = [u for u, _ in rows]
+    values = [float(v) for _, v in rows]
+    whole = encode_batch(
+        {"user": pa.array(units, type=pa.int64()), "x": values},
+        unit_column="user",
+        value_column="x",
+    )
+    expected = _kept(bound_rows(whole, bounds, salt))
+
+    cuts = sorted(
+        data.draw(st.sets(st.integers(1, len(rows) - 1) if len(rows) > 1 else st.nothing()))
+    )
+    order = data.draw(st.permutations(range(len(rows))))
+    edges = [0, *cuts, len(rows)]
+    encoded = []
+    for start, end in itertools.pairwise(edges):
+        part = order[start:end]
+        form = data.draw(st.sampled_from(FORMS))
+        mix = data.draw(st.lists(st.booleans(), min_size=len(part), max_size=len(part)))
+        column = _render([units[i] for i in part], form, mix)
+        part_values = [values[i] for i in part]
+        if form == "mixed":
+            batch: Any = [{"user": u, "x": v} for u, v in zip(column, part_values, strict=True)]
+        else:
+            batch = pa.table({"user": column, "x": part_values})
+        encoded.append(encode_batch(batch, unit_column="user", value_column="x"))
+    # as the Beam layer does: rows go to shards by unit hash, each shard is concatenated
+    # (batches in any order) and bounded
+    kept: Counter[tuple[int, float]] = Counter()
+    shard_order = data.draw(st.permutations(range(len(encoded))))
+    for shard in range(num_shards):
+        pieces = [
+            take(encoded[i], encoded[i][UNIT] % np.uint64(num_shards) == np.uint64(shard))
+            for i in shard_order
+        ]
+        kept += _kept(bound_rows(concat_batches(pieces), bounds, salt))
+    assert kept == expected
