@@ -21,7 +21,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
     parser.add_argument("--value", required=True, help="the willingness-to-pay field")
-    parser.add_argument("--prices", default=None, help="START:STOP:STEP, default 0.01:2.00:0.01")
+    parser.add_argument(
+        "--prices",
+        default=None,
+        help=(
+            "START:STOP:STEP (default 0.01:2.00:0.01), or an existing file (one price per "
+            "line), or p1,p2,... (one: 'p1,')"
+        ),
+    )
     parser.add_argument(
         "--per_unit", default="max", help="how a unit's several answers are reduced"
     )

@@ -5,36 +5,64 @@ Jobs are thin CLIs: they parse flags into library parameters, ask a
 (so an over-spent budget fails before any data is read), apply beam_dp transforms, and hand
 the released records to :func:`run_and_write`. No DP math lives here.
 
-Flags follow Beam's underscore style; flags a job does not know are passed to Beam's
-``PipelineOptions`` (``--runner``, ``--direct_num_workers``, ``--temp_location`` ...).
+Everything fails closed, before any data is read:
+
+* Flags follow Beam's underscore style. Flags a job does not know must be Beam pipeline options
+  (``--runner``, ``--direct_num_workers``, ``--temp_location``, and the options of the runner
+  that ``--runner`` names); any other flag is an error naming the nearest known one, and an
+  extra word (a glob the shell expanded) is an error asking to quote the pattern.
+* Record-level privacy is asked for explicitly (``--record_level``), never the result of a
+  missing ``--privacy_unit``.
+* Every transform is built (and so validated) before the budget is asked and before the input
+  is listed; the input must match at least one file.
+
+What a job reports (see :mod:`beam_dp.telemetry`): by default only public facts (the
+statistics, the input pattern and its number of files, elapsed time). ``--log_exact_counts``
+(an operator's choice, NOT private) logs exact data-dependent counts. When a job fails,
+:func:`cli` prints one line: the message of a :class:`beam_dp.errors.BeamDPError` (built from
+file, field and rule), or of a ValueError/TypeError raised while the job was parsed and built
+(parameter validation); anything raised while the pipeline runs prints only the stage that
+failed, unless ``--show_tracebacks_unsafe`` (NOT private) is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import logging
+import os
+import re
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import (
+    PipelineOptions,
+    StandardOptions,
+    _BeamArgumentParser,
+)
+from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.pvalue import PCollection
 
+from beam_dp import telemetry
 from beam_dp.accounting import LedgerEntry, PrivacyBudget
-from beam_dp.batching.columns import BadRecordError
+from beam_dp.errors import BeamDPError
 from beam_dp.io import ReadExport
 from beam_dp.io.outputs import write_outputs
 from beam_dp.release import Release, ledger_entries_to_record
-from pipelines.statistics import StatisticSpec
+from pipelines.statistics import StatisticSpec, public_list, suggest_names
 
 __all__ = [
     "add_common_arguments",
+    "add_operator_arguments",
+    "check_pipeline_flags",
     "cli",
     "parse_args",
     "print_summary",
@@ -47,18 +75,71 @@ __all__ = [
 _LOG = logging.getLogger("beam_dp.pipelines")
 _LOG.setLevel(logging.INFO)
 
+_UNSAFE_HINT = (
+    "details are withheld because they may contain data; rerun with --show_tracebacks_unsafe "
+    "to see them (not private)"
+)
+
+
+class _JobState:
+    """What :func:`cli` needs to know when a job fails (one job at a time per process)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self, *, in_cli: bool = False) -> None:
+        self.in_cli = in_cli
+        self.phase = "prepare"  # "prepare" (parse and build), "run", then "write"
+        self.stages: frozenset[str] = frozenset()
+        self.show_tracebacks = False
+
+
+_STATE = _JobState()
+
+
+def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operator's switches every job has (both default off; neither is private)."""
+    parser.add_argument(
+        "--log_exact_counts",
+        action="store_true",
+        help=(
+            "NOT PRIVATE: log and report as metrics exact data-dependent counts (rows read, "
+            "rows dropped by contribution bounding, bad records skipped, records with an "
+            "unknown candidate or key). They reveal facts about individuals (a non-zero "
+            "'rows dropped' says someone exceeded a bound): use only where the raw data may "
+            "go. Default: only public facts (statistics, input files, elapsed time)"
+        ),
+    )
+    parser.add_argument(
+        "--show_tracebacks_unsafe",
+        action="store_true",
+        help=(
+            "NOT PRIVATE: when the job fails while the pipeline runs, show the full error, "
+            "Beam's logs and the traceback, which may quote record values. Default: one line "
+            "naming the failed stage"
+        ),
+    )
+
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False) -> None:
     """The flags every job has."""
-    parser.add_argument("--input", required=True, help="glob over the export's files")
+    parser.add_argument("--input", required=True, help="glob over the export's files (quoted)")
     parser.add_argument(
         "--input_format",
         choices=["avro", "parquet", "csv", "jsonl"],
         default=None,
         help="default: from the file suffix",
     )
-    parser.add_argument(
-        "--privacy_unit", required=True, help="the field identifying a privacy unit"
+    unit = parser.add_mutually_exclusive_group(required=True)
+    unit.add_argument("--privacy_unit", help="the field identifying a privacy unit (a person)")
+    unit.add_argument(
+        "--record_level",
+        action="store_true",
+        help=(
+            "record-level privacy instead of --privacy_unit: every record is its own unit. "
+            "It protects single records, not people: someone with r records is protected "
+            "only at r times epsilon"
+        ),
     )
     parser.add_argument("--epsilon", type=float, required=True, help="the total epsilon of the job")
     parser.add_argument("--delta", type=float, default=0.0, help="the total delta (default 0)")
@@ -77,34 +158,144 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
         default="fail",
         help="fail on the first bad record (default) or drop bad records and count them",
     )
+    add_operator_arguments(parser)
+
+
+def _flags_of(parser: argparse.ArgumentParser) -> list[str]:
+    return [flag for action in parser._actions for flag in action.option_strings]
+
+
+def _import_runner(flags: Sequence[str]) -> None:
+    """Import the module of the runner ``--runner`` names, so its options are registered.
+
+    Beam registers a runner's options (``--dask_client_address``) when the runner's module is
+    imported, which it does itself only when the pipeline is built; the names are resolved as
+    Beam does. A module that cannot be imported is left to Beam, which names the runner.
+    """
+    finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    finder.add_argument("--runner")
+    runner = finder.parse_known_args(list(flags))[0].runner
+    if not runner:
+        return
+    paths = {path.rsplit(".", 1)[-1].lower(): path for path in StandardOptions.ALL_KNOWN_RUNNERS}
+    path = paths.get(runner.lower(), paths.get(runner.lower() + "runner", runner))
+    if "." in path:
+        with contextlib.suppress(ImportError):  # Beam names the runner when it builds
+            importlib.import_module(path.rsplit(".", 1)[0])
+
+
+def _beam_parser(flags: Sequence[str]) -> argparse.ArgumentParser:
+    """A strict parser of every option Beam knows, built the way ``PipelineOptions`` does."""
+    _import_runner(flags)
+    parser = _BeamArgumentParser(allow_abbrev=False, add_help=False)
+    classes: dict[str, type[PipelineOptions]] = {}
+    for cls in PipelineOptions.__subclasses__():
+        classes.setdefault(str(cls), cls)
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def check_pipeline_flags(flags: Sequence[str], job: argparse.ArgumentParser | None = None) -> None:
+    """Refuse what Beam would drop: flags that no ``PipelineOptions`` defines, and extra words.
+
+    ``PipelineOptions`` discards unknown flags with a warning, so a misspelt job flag
+    (``--relaton``, ``--num-points``) would silently run with its default.
+
+    Raises:
+        ValueError: naming the first unknown flag and the nearest known one (among ``job``'s
+            flags and Beam's), or the first extra word with a hint to quote a glob.
+    """
+    beam_parser = _beam_parser(flags)
+    unknown = beam_parser.parse_known_args(list(flags))[1]
+    unknown = [word for word in unknown if word != "--"]
+    if not unknown:
+        return
+    known = _flags_of(beam_parser) + ([] if job is None else _flags_of(job))
+    for word in unknown:
+        if word.startswith("-") and len(word) > 1:
+            flag = word.split("=", 1)[0]
+            # Compared without dashes, so that '--num-points' is '--num_points' and the
+            # shared '--' does not make unrelated flags look alike.
+            names = {name.lstrip("-").replace("-", "_"): name for name in known}
+            spelled = flag.lstrip("-").replace("-", "_")
+            nearest = [spelled] if spelled in names else suggest_names(spelled, names)
+            hint = f"; did you mean {names[nearest[0]]!r}?" if nearest else ""
+            raise ValueError(
+                f"unknown flag {flag!r}{hint} (flags a job does not know must be Beam pipeline "
+                "options; a runner's options are known when --runner names the runner)"
+            )
+    raise ValueError(
+        f"unexpected argument {unknown[0]!r}: every flag takes one value; if the shell expanded "
+        "a glob into several words, quote the pattern (--input 'export-*.avro')"
+    )
+
+
+def _configure_logging(*, exact_counts: bool, show_tracebacks: bool) -> None:
+    """Under :func:`cli`: library logs at INFO only with exact counts; Beam's only if unsafe."""
+    logging.getLogger("beam_dp").setLevel(logging.INFO if exact_counts else logging.WARNING)
+    # Beam logs a failing step's exception (which may quote a record) at ERROR.
+    logging.getLogger("apache_beam").setLevel(
+        logging.NOTSET if show_tracebacks else logging.CRITICAL
+    )
 
 
 def parse_args(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None
 ) -> tuple[argparse.Namespace, PipelineOptions]:
-    """Split ``argv`` into the job's flags and Beam's pipeline options."""
-    known, beam_args = parser.parse_known_args(argv)
-    return known, PipelineOptions(beam_args)
+    """Split ``argv`` into the job's flags and Beam's pipeline options, strictly.
+
+    Abbreviated flags are refused (``--relat`` is not ``--relation``); flags the job does not
+    know must be Beam options (:func:`check_pipeline_flags`). The operator's switches take
+    effect here, before the pipeline is built: ``--log_exact_counts`` turns on
+    :func:`beam_dp.telemetry.enable_exact_counts` (and is off otherwise).
+    """
+    parser.allow_abbrev = False
+    known, rest = parser.parse_known_args(argv)
+    check_pipeline_flags(rest, parser)
+    exact_counts = bool(getattr(known, "log_exact_counts", False))
+    show_tracebacks = bool(getattr(known, "show_tracebacks_unsafe", False))
+    if exact_counts:
+        telemetry.enable_exact_counts()
+    else:
+        telemetry.disable_exact_counts()
+    if _STATE.in_cli:
+        _STATE.show_tracebacks = show_tracebacks
+        _configure_logging(exact_counts=exact_counts, show_tracebacks=show_tracebacks)
+    return known, PipelineOptions(rest)
 
 
 def read_candidates(spec: str) -> list[str]:
-    """Public candidates: a file with one per line, or a comma-separated list."""
-    path = Path(spec)
-    if path.is_file():
-        labels = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-        return [label for label in labels if label and not label.startswith("#")]
-    return [label.strip() for label in spec.split(",") if label.strip()]
+    """Public candidates from a flag: see :func:`pipelines.statistics.public_list`."""
+    return public_list(spec, name="candidates")
 
 
 def _log_metrics(result: Any) -> None:
+    """Exact counts, only when the operator asked for them (they are not private)."""
+    if not telemetry.exact_counts_enabled():
+        return
     try:
         counters = result.metrics().query()["counters"]
     except Exception:  # some runners do not report metrics
         return
+    _LOG.info("exact counts (NOT private; --log_exact_counts):")
     for counter in counters:
         if counter.key.metric.namespace == "beam_dp":
             value = counter.committed if counter.committed is not None else counter.attempted
             _LOG.info("%s: %s: %s", counter.key.step, counter.key.metric.name, value)
+
+
+class _Stages(PipelineVisitor):
+    """The full labels of a pipeline's transforms (public: they come from the job)."""
+
+    def __init__(self) -> None:
+        self.labels: set[str] = set()
+
+    def enter_composite_transform(self, transform_node: AppliedPTransform) -> None:
+        self.labels.add(transform_node.full_label)
+
+    def visit_transform(self, transform_node: AppliedPTransform) -> None:
+        self.labels.add(transform_node.full_label)
 
 
 class _WriteRelease(beam.DoFn):
@@ -136,9 +327,9 @@ def run_and_write(
     parallel composition or a split, as its ledger says). Jobs read bounded exports, so
     there is one (global) window.
     """
+    _STATE.phase = "prepare"
     temp_root = options.get_all_options().get("temp_location") or tempfile.gettempdir()
     scratch = FileSystems.join(temp_root, f"beam_dp_releases_{uuid.uuid4().hex}")
-    FileSystems.mkdirs(scratch)
     pipeline = beam.Pipeline(options=options)
     outputs = build(pipeline)
     _ = (
@@ -146,16 +337,24 @@ def run_and_write(
         | "AllReleases" >> beam.Flatten()
         | "Collect" >> beam.ParDo(_WriteRelease(scratch))
     )
-    result = pipeline.run()
+    stages = _Stages()
+    pipeline.visit(stages)
+    _STATE.stages = frozenset(stages.labels)
+    FileSystems.mkdirs(scratch)
+    _STATE.phase = "run"
+    started = time.monotonic()
     try:
-        result.wait_until_finish()
-    finally:
-        client = getattr(result, "client", None)  # the Dask runner's distributed.Client
-        if client is not None:
-            client.close()
-    _log_metrics(result)
-    records: list[dict[str, Any]] = []
-    try:
+        result = pipeline.run()
+        try:
+            result.wait_until_finish()
+        finally:
+            client = getattr(result, "client", None)  # the Dask runner's distributed.Client
+            if client is not None:
+                client.close()
+        _LOG.info("the pipeline finished in %.1f s", time.monotonic() - started)
+        _STATE.phase = "write"
+        _log_metrics(result)
+        records: list[dict[str, Any]] = []
         for match in FileSystems.match([FileSystems.join(scratch, "*.json")])[0].metadata_list:
             with FileSystems.open(match.path) as handle:
                 records.append(json.loads(handle.read().decode("utf-8")))
@@ -187,6 +386,35 @@ def run_and_write(
     return document
 
 
+def _check_privacy_unit(privacy_unit: str | None, record_level: bool) -> None:
+    if privacy_unit is not None and record_level:
+        raise ValueError(
+            "give either a privacy unit (--privacy_unit, or privacy_unit in [input]) or "
+            "record-level privacy (--record_level, or record_level = true), not both"
+        )
+    if privacy_unit is None and not record_level:
+        raise ValueError(
+            "no privacy unit: give the field identifying a person (--privacy_unit, or "
+            "privacy_unit in [input]), or ask for record-level privacy explicitly "
+            "(--record_level, or record_level = true in [input]), which protects single "
+            "records, not people"
+        )
+
+
+def _count_input_files(pattern: str) -> int:
+    """How many files the input pattern matches (a public fact); none is an error."""
+    path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
+    try:
+        found = len(FileSystems.match([path])[0].metadata_list)
+    except Exception:
+        raise ValueError(
+            f"cannot list the input {pattern!r} (check the path, its filesystem and access to it)"
+        ) from None
+    if not found:
+        raise ValueError(f"no file matches the input {pattern!r}")
+    return found
+
+
 def run_statistics(
     specs: Sequence[StatisticSpec],
     *,
@@ -198,11 +426,19 @@ def run_statistics(
     budget: PrivacyBudget,
     options: PipelineOptions,
     output: str,
+    record_level: bool = False,
 ) -> dict[str, Any]:
-    """Request every share, finalize the budget (before any data is read), then run.
+    """Check every statistic, request every share, finalize the budget, then run.
 
-    The export is read once; every statistic's transform consumes the same batches.
+    In this order, all before any data is read: every transform is built once with its own
+    parameters (so a bad parameter fails first), the shares are requested and the budget
+    finalized (an over-spent budget fails next), the real transforms are built, and the input
+    must match at least one file. The export is read once; every statistic's transform
+    consumes the same batches. ``privacy_unit=None`` needs ``record_level=True``.
     """
+    _check_privacy_unit(privacy_unit, record_level)
+    for spec in specs:
+        spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
     for spec in specs:
         spec.request(budget)
     budget.finalize()
@@ -220,34 +456,79 @@ def run_statistics(
             ([privacy_unit] if privacy_unit else []) + [c for spec in specs for c in spec.columns]
         )
     )
+    reader = ReadExport(
+        input_pattern,
+        columns=columns,
+        input_format=input_format,
+        on_bad_record=on_bad_record,  # type: ignore[arg-type]
+    )
+    files = _count_input_files(input_pattern)
+    _LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
+    _LOG.info("input: %s (%d file(s))", input_pattern, files)
 
     def build(pipeline: beam.Pipeline) -> list[PCollection]:
-        rows = pipeline | "ReadExport" >> ReadExport(
-            input_pattern,
-            columns=columns,
-            input_format=input_format,
-            on_bad_record=on_bad_record,  # type: ignore[arg-type]
-        )
+        rows = pipeline | "ReadExport" >> reader
         return [rows | spec.name >> transform for spec, transform in transforms]
 
     return run_and_write(build, budget=budget, options=options, output=output)
 
 
-def cli(run: Callable[[], Any]) -> None:
-    """Run a job from the command line: bad input or parameters end it with one clear line.
+_STAGE = re.compile(r"\[while running '([^']*)'\]")
 
-    The message names the file, the field and the rule (or the parameter), never a value; the
-    output directory is left untouched (outputs are written only when the job succeeds).
+
+def _failure_message(error: Exception) -> str:
+    """The one line :func:`cli` prints: never a library's text from a running pipeline."""
+    if isinstance(error, BeamDPError):
+        return str(error).split(" [while running")[0]
+    if _STATE.phase == "prepare" and isinstance(error, (ValueError, TypeError)):
+        return str(error)  # parameter validation: parameters are public
+    if _STATE.phase != "run" and isinstance(error, OSError) and error.strerror:
+        # A path the job chose (config, candidates, output, temp location) and the OS's words.
+        target = f" {error.filename!r}" if error.filename else ""
+        return f"cannot access{target}: {error.strerror}"
+    kind = type(error).__name__
+    if _STATE.phase == "prepare":
+        return f"the job failed while it was being prepared ({kind}); {_UNSAFE_HINT}"
+    if _STATE.phase == "write":
+        return f"the job failed while writing its outputs ({kind}); {_UNSAFE_HINT}"
+    # Only a label of this job's own pipeline is named (they are public), never other text.
+    stages = [label for label in _STAGE.findall(str(error)) if label in _STATE.stages]
+    where = f"in stage {stages[0]!r}" if stages else "while the pipeline ran"
+    return f"the pipeline failed {where} ({kind}); {_UNSAFE_HINT}"
+
+
+def cli(run: Callable[[], Any]) -> None:
+    """Run a job from the command line: a failure ends it with one line and a non-zero status.
+
+    The line is the message of a :class:`beam_dp.errors.BeamDPError` (it names file, field and
+    rule, never a value), or of a ValueError/TypeError raised while the job is parsed and
+    built (parameter validation). Any other failure, and anything raised while the pipeline
+    runs, prints only where it happened (the stage, when known): library messages can quote
+    records. Beam's own error logs are silenced for the same reason. ``--show_tracebacks_unsafe``
+    shows everything (not private). The output directory is left untouched (outputs are
+    written only when the job succeeds).
     """
+    _STATE.reset(in_cli=True)
+    exact_counts = telemetry.exact_counts_enabled()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("beam_dp").setLevel(logging.INFO)
+    saved = {
+        name: logging.getLogger(name).level
+        for name in ("beam_dp", "beam_dp.pipelines", "apache_beam")
+    }
+    logging.getLogger("beam_dp.pipelines").setLevel(logging.INFO)
+    _configure_logging(exact_counts=False, show_tracebacks=False)
     try:
         run()
-    except BadRecordError as error:
-        message = str(error).split(" [while running")[0]
-        raise SystemExit(f"error: {message}") from None
-    except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+    except Exception as error:
+        if _STATE.show_tracebacks:
+            raise
+        raise SystemExit(f"error: {_failure_message(error)}") from None
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+        if not exact_counts:
+            telemetry.disable_exact_counts()
+        _STATE.reset()
 
 
 def _shown(value: Any) -> str:
@@ -265,6 +546,7 @@ def run_single(
         input_pattern=args.input,
         input_format=args.input_format,
         privacy_unit=args.privacy_unit,
+        record_level=args.record_level,
         relation=args.relation,
         on_bad_record=args.on_bad_record,
         budget=PrivacyBudget(args.epsilon, args.delta),

@@ -13,13 +13,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import (
-    add_common_arguments,
-    cli,
-    parse_args,
-    read_candidates,
-    run_single,
-)
+from pipelines.common import add_common_arguments, cli, parse_args, run_single
 from pipelines.statistics import spec_from_config
 
 
@@ -27,7 +21,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
     parser.add_argument("--candidate", required=True, help="the field holding the vote")
-    parser.add_argument("--candidates", required=True, help="a file (one per line) or a,b,c")
+    parser.add_argument(
+        "--candidates",
+        required=True,
+        help="public candidates: an existing file (one per line) or a,b,c (one: 'a,')",
+    )
     parser.add_argument("--score", choices=["plurality", "margin"], default="plurality")
     parser.add_argument(
         "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
@@ -42,7 +40,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "name": args.name,
         "type": "election",
         "candidate": args.candidate,
-        "candidates": read_candidates(args.candidates),
+        "candidates": args.candidates,
         "score": args.score,
         "method": args.method,
         "epsilon": args.epsilon,

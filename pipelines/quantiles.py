@@ -35,13 +35,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quantiles(spec: str) -> list[float]:
+    """``--quantiles 0.25,0.5,0.75``: numbers separated by commas (one: ``0.5``)."""
+    parts = [part.strip() for part in spec.split(",")]
+    try:
+        return [float(part) for part in parts]
+    except ValueError:
+        raise ValueError(
+            f"--quantiles must be numbers separated by commas (0.25,0.5,0.75); received {spec!r}"
+        ) from None
+
+
 def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args, options = parse_args(_parser(), argv)
     config: dict[str, Any] = {
         "name": args.name,
         "type": "quantiles",
         "value": args.value,
-        "quantiles": [float(q) for q in args.quantiles.split(",") if q.strip()],
+        "quantiles": _quantiles(args.quantiles),
         "lower": args.lower,
         "upper": args.upper,
         "grid": args.grid,

@@ -7,7 +7,8 @@ The config is TOML::
     [input]
     path = "sample_data/survey/export-*.avro"   # relative paths are relative to the config
     format = "avro"                  # optional: from the suffix
-    privacy_unit = "user_id"         # omit for record-level privacy
+    privacy_unit = "user_id"         # the field identifying a person; or, instead:
+    # record_level = true            # record-level privacy, asked for explicitly
     on_bad_record = "fail"           # or "skip"
 
     [budget]
@@ -21,14 +22,19 @@ The config is TOML::
     type = "top_candidates"          # top_candidates | best_price | election | quantiles |
                                      # median | min | max | mean
     candidate = "website"
-    candidates = "websites.txt"      # a file (one per line), a list, or omit for DP key
-                                     # selection (key_selection_epsilon, key_selection_delta)
+    candidates = "websites.txt"      # a list, or an existing file (one per line), or "a,b,c";
+                                     # omit for DP key selection (key_selection_epsilon,
+                                     # key_selection_delta)
     k = 3
     weight = 2                       # a share of the budget by weight, or epsilon = 0.5
 
-Other fields of a statistic are passed to its beam_dp transform (``lower``, ``upper``,
-``quantiles``, ``prices``, ``max_contributions``, ``key``/``keys`` for per-key releases, ...).
-Flags other than --config and --output go to Beam's PipelineOptions.
+A statistic's other keys are its beam_dp transform's parameters (``lower``, ``upper``,
+``quantiles``, ``prices``, ``max_contributions``, ``key``/``keys`` for per-key releases, ...):
+the keys each type accepts are derived from the transform's signature
+(:func:`pipelines.statistics.statistic_keys`). An unknown key in any table is an error naming
+the nearest valid key; so is a value of the wrong type. Flags other than --config, --output and
+the operator's switches (--log_exact_counts, --show_tracebacks_unsafe) must be Beam pipeline
+options.
 """
 
 from __future__ import annotations
@@ -37,29 +43,73 @@ import argparse
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from beam_dp._validation import check_relation
 from beam_dp.accounting import PrivacyBudget
-from pipelines.common import cli, parse_args, print_summary, run_statistics
-from pipelines.statistics import spec_from_config
+from beam_dp.io import FORMATS
+from pipelines.common import (
+    add_operator_arguments,
+    cli,
+    parse_args,
+    print_summary,
+    run_statistics,
+)
+from pipelines.statistics import check_table, spec_from_config
+
+TABLES: dict[str, Any] = {"input": dict, "budget": dict, "statistics": list}
+INPUT_KEYS: dict[str, Any] = {
+    "path": str,
+    "format": Literal[FORMATS],
+    "privacy_unit": str,
+    "record_level": bool,
+    "on_bad_record": Literal["fail", "skip"],
+}
+BUDGET_KEYS: dict[str, Any] = {
+    "epsilon": float,
+    "delta": float,
+    "composition": str,
+    "relation": Literal["add_remove", "replace"],
+}
 
 
 def load_config(path: str) -> dict[str, Any]:
-    """Read and check the config (its structure, not the data)."""
+    """Read and check the config (its structure, keys and types, not the data).
+
+    Raises:
+        ValueError: for an unreadable file, a missing table or key, an unknown key in any
+            table (naming the nearest valid one) or a value of the wrong type.
+    """
     config_path = Path(path)
     try:
         config = tomllib.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise SystemExit(f"release: cannot read the config {path}: {error}") from None
+    except OSError as error:
+        raise ValueError(f"release: cannot read the config {path}: {error.strerror}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"release: the config {path} is not valid TOML: {error}") from None
+    check_table(config, TABLES, f"the config {path}")
     for section in ("input", "budget"):
-        if not isinstance(config.get(section), dict):
-            raise SystemExit(f"release: the config {path} needs an [{section}] table")
+        if section not in config:
+            raise ValueError(f"release: the config {path} needs an [{section}] table")
     if not config.get("statistics"):
-        raise SystemExit(f"release: the config {path} lists no [[statistics]]")
-    if "path" not in config["input"]:
-        raise SystemExit(f"release: [input] in {path} needs 'path'")
+        raise ValueError(f"release: the config {path} lists no [[statistics]]")
+    check_table(config["input"], INPUT_KEYS, "[input]")
+    check_table(config["budget"], BUDGET_KEYS, "[budget]")
+    source = config["input"]
+    if "path" not in source:
+        raise ValueError(f"release: [input] in {path} needs 'path'")
     if "epsilon" not in config["budget"]:
-        raise SystemExit(f"release: [budget] in {path} needs 'epsilon'")
+        raise ValueError(f"release: [budget] in {path} needs 'epsilon'")
+    if "privacy_unit" in source and source.get("record_level", False):
+        raise ValueError("[input]: give either 'privacy_unit' or 'record_level = true', not both")
+    if "privacy_unit" not in source and source.get("record_level") is not True:
+        raise ValueError(
+            "[input] needs 'privacy_unit' (the field identifying a person), or "
+            "'record_level = true' to ask explicitly for record-level privacy, which protects "
+            "single records, not people (someone with r records is protected at r times epsilon)"
+        )
+    if "relation" in config["budget"]:
+        check_relation(config["budget"]["relation"])
     return config
 
 
@@ -67,6 +117,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="the job's TOML config")
     parser.add_argument("--output", required=True, help="directory for the outputs")
+    add_operator_arguments(parser)
     args, options = parse_args(parser, argv)
     config = load_config(args.config)
     base = Path(args.config).resolve().parent
@@ -78,7 +129,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     specs = [spec_from_config(entry, base=base) for entry in config["statistics"]]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
-        raise SystemExit("release: statistic names must be distinct")
+        raise ValueError("release: statistic names must be distinct")
     budget = PrivacyBudget(
         float(budget_config["epsilon"]),
         float(budget_config.get("delta", 0.0)),
@@ -89,6 +140,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         input_pattern=pattern,
         input_format=source.get("format"),
         privacy_unit=source.get("privacy_unit"),
+        record_level=bool(source.get("record_level", False)),
         relation=budget_config.get("relation", "add_remove"),
         on_bad_record=source.get("on_bad_record", "fail"),
         budget=budget,

@@ -15,13 +15,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import (
-    add_common_arguments,
-    cli,
-    parse_args,
-    read_candidates,
-    run_single,
-)
+from pipelines.common import add_common_arguments, cli, parse_args, run_single
 from pipelines.statistics import spec_from_config
 
 
@@ -29,7 +23,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
     parser.add_argument("--candidate", required=True, help="the field naming the candidate")
-    parser.add_argument("--candidates", help="public candidates: a file (one per line) or a,b,c")
+    parser.add_argument(
+        "--candidates",
+        help="public candidates: an existing file (one per line) or a,b,c (one: 'a,')",
+    )
     parser.add_argument("--k", type=int, default=1, help="how many candidates to release")
     parser.add_argument("--max_candidates_per_unit", type=int, default=None)
     parser.add_argument(
@@ -51,11 +48,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "max_candidates_per_unit": args.max_candidates_per_unit,
     }
     if args.candidates is not None:
-        config["candidates"] = read_candidates(args.candidates)
+        config["candidates"] = args.candidates
         config["epsilon"] = args.epsilon
     else:
         if args.delta <= 0:
-            raise SystemExit(
+            raise ValueError(
                 "top_candidates: without --candidates the candidate labels must be chosen from "
                 "the data by DP key selection, which needs --delta > 0 (the probability that a "
                 "label held by a single unit is released); give public --candidates or a delta"
