@@ -1,0 +1,109 @@
+"""A privacy budget that outlives a process: a persistent, concurrent-safe ledger.
+
+A ledger (a SQLite file, or a PostgreSQL database for jobs started on many machines) holds
+*datasets*, each a population of privacy units with a total (ε, δ), or ρ under zCDP, and an
+optional renewal rule. A job reserves its whole planned spend before it reads any data,
+commits the reservation with its ledger entries once its outputs are written, and may give
+it back only if it failed before any release could escape. See :mod:`beam_dp.ledger.store`
+for the state machine and :mod:`beam_dp.ledger.periods` for renewal.
+
+Example::
+
+    from beam_dp.ledger import Plan, RunInfo, open_ledger
+
+    with open_ledger("sqlite:///var/lib/beam-dp/budget.db") as ledger:
+        reservation = ledger.reserve("survey_users", Plan.from_budget(budget),
+                                     RunInfo(job="nightly"))
+        ...  # read, release, write outputs
+        reservation.commit(budget.ledger, output_location="gs://bucket/out")
+
+Pure Python (``sqlite3``; ``psycopg`` for PostgreSQL); no Apache Beam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from beam_dp.ledger._backend import Backend
+from beam_dp.ledger.errors import (
+    BudgetExceededError,
+    LedgerCorruptError,
+    LedgerError,
+    LedgerUnavailableError,
+)
+from beam_dp.ledger.periods import RENEWALS, Renewal, period_containing
+from beam_dp.ledger.plan import Cost, Plan, RunInfo, config_digest
+from beam_dp.ledger.store import (
+    DatasetStatus,
+    Event,
+    Ledger,
+    Period,
+    Reservation,
+    RunRecord,
+    RunState,
+)
+from beam_dp.ledger.urls import parse_ledger_url, redact_url
+
+__all__ = [
+    "RENEWALS",
+    "BudgetExceededError",
+    "Cost",
+    "DatasetStatus",
+    "Event",
+    "Ledger",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerUnavailableError",
+    "Period",
+    "Plan",
+    "Renewal",
+    "Reservation",
+    "RunInfo",
+    "RunRecord",
+    "RunState",
+    "config_digest",
+    "open_ledger",
+    "period_containing",
+    "redact_url",
+]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def open_ledger(
+    url: str,
+    *,
+    create: bool = False,
+    timeout: float = 30.0,
+    clock: Callable[[], datetime] | None = None,
+) -> Ledger:
+    """Open the ledger at ``url`` (see :mod:`beam_dp.ledger.urls` for the forms).
+
+    Args:
+        url: ``sqlite:///path/budget.db`` or ``postgresql://user:password@host/db``.
+        create: Create the ledger (file with permissions 0600, or tables) if it does not
+            exist. Jobs leave it False, so a mistyped URL is an error, not a fresh budget.
+        timeout: Seconds to wait for the SQLite write lock, or to connect to PostgreSQL.
+        clock: Returns the current time (timezone-aware); the default is the system clock
+            in UTC. Tests pass a fixed clock to cross renewal periods.
+
+    Raises:
+        LedgerUnavailableError: the file is missing or the server cannot be reached.
+        LedgerCorruptError: the storage is not a readable beam-dp ledger.
+        LedgerError: a malformed URL. No message contains a password.
+    """
+    parsed = parse_ledger_url(url)
+    if not timeout > 0:
+        raise LedgerError(f"'timeout' must be > 0 seconds; received {timeout!r}")
+    if parsed.backend == "sqlite":
+        from beam_dp.ledger._sqlite import SqliteBackend
+
+        backend: Backend = SqliteBackend(parsed, create=create, busy_timeout=timeout)
+    else:
+        from beam_dp.ledger._postgres import PostgresBackend
+
+        backend = PostgresBackend(parsed, connect_timeout=timeout)
+    return Ledger(backend, parsed, create=create, clock=clock or _utc_now)
