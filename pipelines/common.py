@@ -461,6 +461,7 @@ def run_statistics(
         columns=columns,
         input_format=input_format,
         on_bad_record=on_bad_record,  # type: ignore[arg-type]
+        unit_column=privacy_unit,
     )
     files = _count_input_files(input_pattern)
     _LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
