@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean
+.PHONY: run test lint typecheck unit bench clean postgresql
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# The ledger's PostgreSQL tests start their own throwaway server (initdb + pg_ctl) from
+# Debian's postgresql package; install it when it is missing and we may (root with apt-get).
+# Only `make test` needs it: `make run` uses a SQLite ledger.
+postgresql:
+	@if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's postgresql for the ledger tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	else \
+	  echo "warning: no PostgreSQL server binaries; install postgresql for the ledger tests" >&2; \
+	fi
+
+unit: $(STAMP) postgresql
 	$(BIN)/python -m pytest -n 2 -q
 
 test: lint typecheck unit

@@ -2,7 +2,12 @@
 
 from setuptools import find_packages, setup
 
+# A PostgreSQL ledger (beam_dp.ledger) for teams whose jobs start on several machines. The
+# default SQLite ledger needs nothing beyond the standard library.
+POSTGRESQL_REQUIRES = ["psycopg[binary]>=3.1"]
+
 TEST_REQUIRES = [
+    *POSTGRESQL_REQUIRES,
     "pytest>=8",
     "pytest-xdist>=3",
     "hypothesis>=6.100",
@@ -39,6 +44,7 @@ setup(
         "matplotlib>=3.8",
     ],
     extras_require={
+        "postgresql": POSTGRESQL_REQUIRES,
         "test": TEST_REQUIRES,
         "benchmarks": BENCHMARK_REQUIRES,
     },

@@ -69,7 +69,7 @@ class PostgresBackend(Backend):
         self._url = url
         if psycopg is None:
             raise LedgerUnavailableError(
-                f"ledger {url} needs psycopg 3: pip install 'psycopg[binary]'"
+                f"ledger {url} needs psycopg 3: pip install 'beam-dp[postgresql]'"
             )
         try:
             self._connection = psycopg.connect(

@@ -28,6 +28,8 @@ def reserve_and_commit(
         (Path(reads) / f"read-{index}").write_text("the data was read")
         reservation.commit([], output_location=f"out/{index}")
         results.put((index, "committed", reserved, ""))
+    except Exception as error:  # reported to the test, which fails on it at once
+        results.put((index, "error", 0.0, f"{type(error).__name__}: {error}"))
     finally:
         ledger.close()
 

@@ -38,6 +38,8 @@ def test_sixteen_processes_race_for_one_budget(ledger_url: str, tmp_path: Path) 
     for process in processes:
         process.join(timeout=60)
         assert process.exitcode == 0
+    errors = [message for _, outcome, _, message in outcomes if outcome == "error"]
+    assert errors == []
     committed = sorted(index for index, outcome, _, _ in outcomes if outcome == "committed")
     refused = [message for _, outcome, _, message in outcomes if outcome == "refused"]
     assert len(committed) == 3
