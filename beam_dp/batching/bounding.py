@@ -5,17 +5,35 @@ guarantees this by shuffling rows to shards by the stable unit hash). It then en
 this order:
 
 1. ``distinct_candidates``: duplicate (unit, key, candidate) rows count once;
-2. ``max_keys_per_unit``: a unit keeps rows for at most this many distinct keys (partitions);
+2. ``max_keys_per_unit``: a unit keeps rows for at most this many distinct keys (partitions),
+   chosen uniformly among its distinct keys;
 3. ``max_contributions_per_unit``: at most this many rows per (unit, key).
 
-Which rows are kept when a unit exceeds a bound is decided by a salted hash of the row, so
-the choice is pseudo-random, not biased to the order in which files were read. Any per-unit
-rule keeps the result a function of each unit's own data, which is all that privacy needs;
-the sensitivity of every score is derived from these bounds.
+**Which rows survive.** Where a unit exceeds a bound, it keeps a uniform sample of its *rows*
+(not of its distinct values): every row gets a priority from a salted hash of its content
+*and of its occurrence index among the identical rows of its group* (the first copy of a row,
+the second copy, ...), and the rows with the lowest priorities are kept. Identical rows thus
+get independent priorities, so a value that a unit holds three times is kept three times as
+often as a value it holds once, as in a uniform sample of rows; a content hash alone would
+make identical rows tie and keep distinct values uniformly, which biases every statistic on
+data with repeated values. The choice is a function of the unit's own multiset of rows and
+the salt only: never of other units' rows, nor of the order of rows, batches or files.
+Privacy needs only the first part (any per-unit rule keeps the result a function of each
+unit's own data, and the sensitivity of every score is derived from the bounds); the rest is
+utility and reproducibility.
+
+**Cost.** One sort of one 64-bit key per stage: rows are sorted by a key whose high 32 bits
+come from the group (unit, key) and whose low 32 bits from the row's content hash, which
+brings each group's rows together and identical rows next to each other. The rare buckets
+where two groups, or two different contents, share those bits are re-sorted exactly by
+their columns. With a bound of 1 the lowest priority per group is then found in linear
+time; larger bounds sort once more, only the rows of groups that exceed the bound. If no
+group exceeds its bound, the batch is returned as it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,19 +84,139 @@ class ContributionBounds:
         return out
 
 
-def _row_priority(batch: ColumnBatch, salt: np.uint64) -> npt.NDArray[np.uint64]:
+_ODD = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xD6E8FEB86659FD93),
+    np.uint64(0xC2B2AE3D27D4EB4F),
+)
+_DISTINCT_SALT = np.uint64(0x5851F42D4C957F2D)
+_MAX_GROUP_BITS = 40  # group ids up to 2**40 share one sort key with a priority's high bits
+_LOW32 = np.uint64(32)
+_HIGH = np.uint64(0xFFFFFFFF00000000)
+
+U64 = npt.NDArray[np.uint64]
+Index = npt.NDArray[np.intp]
+
+
+def _as_u64(column: npt.NDArray[Any]) -> U64:
+    bits: U64 = column.view(np.uint64) if column.dtype.itemsize == 8 else column.astype(np.uint64)
+    return bits
+
+
+def _row_hash(batch: ColumnBatch, salt: np.uint64) -> U64:
+    """A salted hash of a row's content (its unit, candidate, value and key)."""
     h = batch[UNIT] ^ salt
     with np.errstate(over="ignore"):
         if CANDIDATE in batch:
-            h = _mix(h ^ batch[CANDIDATE].view(np.uint64))
+            h = _mix(h ^ _as_u64(batch[CANDIDATE]))
         if VALUE in batch:
-            h = _mix(h ^ batch[VALUE].view(np.uint64))
+            h = _mix(h ^ _as_u64(batch[VALUE]))
         if KEY in batch:
-            h = _mix(h ^ (batch[KEY].view(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-        # Only the row's own content decides its priority, never its position: which rows of
-        # a unit survive must not depend on other units' rows. Identical rows tie, and any
-        # of them may be kept since they are interchangeable.
+            h = _mix(h ^ (_as_u64(batch[KEY]) * _ODD[0]))
         return _mix(h)
+
+
+def _group_hash(group: Sequence[npt.NDArray[Any]]) -> U64:
+    """A hash of each row's group (its first column is the uint64 unit hash)."""
+    h: U64 = group[0]
+    with np.errstate(over="ignore"):
+        for position, column in enumerate(group[1:]):
+            h = _mix(h ^ (_as_u64(column) * _ODD[position % len(_ODD)]))
+    return h
+
+
+def _differs(columns: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.bool_]:
+    """For each position but the first: does any column differ from the previous row?"""
+    out = np.zeros(max(columns[0].size - 1, 0), dtype=bool)
+    for column in columns:
+        out |= column[1:] != column[:-1]
+    return out
+
+
+def _sort_groups(
+    group: Sequence[npt.NDArray[Any]], content: Sequence[npt.NDArray[Any]], h: U64
+) -> tuple[Index, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """An order that brings each group together and, inside it, identical rows together.
+
+    One sort of one 64-bit key (group hash's high half, content hash's high half); the
+    buckets where that key does not separate two groups or two contents are re-sorted
+    exactly. Returns the order and, in that order, where groups and runs of identical rows
+    start (``run`` starts include group starts).
+    """
+    key = (_group_hash(group) & _HIGH) | (h >> _LOW32)
+    order: Index = np.argsort(key)
+    sorted_key = key[order]
+    group_sorted = [column[order] for column in group]
+    content_sorted = [column[order] for column in (*content, h)]
+    new_group = _differs(group_sorted)
+    new_content = _differs(content_sorted)
+    same_bucket = (sorted_key[1:] >> _LOW32) == (sorted_key[:-1] >> _LOW32)
+    conflict = (same_bucket & new_group) | ((sorted_key[1:] == sorted_key[:-1]) & new_content)
+    if conflict.any():
+        bucket = np.concatenate(([0], np.cumsum(~same_bucket)))
+        flagged = np.zeros(int(bucket[-1]) + 1, dtype=bool)
+        flagged[bucket[1:][conflict]] = True
+        rows = np.flatnonzero(flagged[bucket])
+        # lexsort: last key first; the bucket keeps these rows inside their bucket's range
+        keys = [c[rows] for c in reversed(content_sorted)]
+        keys += [c[rows] for c in reversed(group_sorted)] + [bucket[rows]]
+        within = np.lexsort(keys)
+        order[rows] = order[rows][within]
+        for column in (*group_sorted, *content_sorted):
+            column[rows] = column[rows][within]
+        new_group = _differs(group_sorted)
+        new_content = _differs(content_sorted)
+    group_starts = np.concatenate(([True], new_group))
+    run_starts = group_starts | np.concatenate(([True], new_content))
+    return order, group_starts, run_starts
+
+
+def _sample_groups(
+    group: Sequence[npt.NDArray[Any]],
+    content: Sequence[npt.NDArray[Any]],
+    h: U64,
+    bound: int,
+) -> Index | None:
+    """Rows kept by a uniform sample of ``bound`` rows of every group (``None``: all rows).
+
+    Args:
+        group: columns whose equal values form a group (the first is the unit hash).
+        content: the other columns that tell rows apart.
+        h: a salted hash of each row's content (equal for identical rows).
+        bound: how many rows each group keeps.
+    """
+    n = h.size
+    order, group_starts, run_starts = _sort_groups(group, content, h)
+    starts = np.flatnonzero(group_starts)
+    if int(np.diff(np.append(starts, n)).max()) <= bound:
+        return None
+    positions = np.arange(n)
+    copy = positions - np.maximum.accumulate(np.where(run_starts, positions, 0))
+    with np.errstate(over="ignore"):
+        priority = _mix(h[order] ^ (copy.astype(np.uint64) * _ODD[1]))
+    group_id = np.cumsum(group_starts) - 1
+    if bound == 1:
+        lowest = np.minimum.reduceat(priority, starts)
+        hits = np.flatnonzero(priority == lowest[group_id])
+        first = np.concatenate(([True], group_id[hits][1:] != group_id[hits][:-1]))
+        kept: Index = order[hits[first]]
+        return kept
+    sizes = np.diff(np.append(starts, n))
+    over = (sizes > bound)[group_id]
+    rows = np.flatnonzero(over)
+    dense = np.cumsum(np.concatenate(([True], group_id[rows][1:] != group_id[rows][:-1]))) - 1
+    bits = max(int(dense[-1]).bit_length(), 1)
+    if bits <= _MAX_GROUP_BITS:  # one key: the group in the high bits, the priority below
+        shift = np.uint64(bits)
+        within = np.argsort(
+            (dense.astype(np.uint64) << np.uint64(64 - bits)) | (priority[rows] >> shift),
+            kind="stable",
+        )
+    else:
+        within = np.lexsort((priority[rows], dense))
+    rank = _rank_within_groups(_group_starts(dense[within]))
+    chosen = rows[within[rank < bound]]
+    return np.concatenate((order[~over], order[chosen]))
 
 
 def _group_starts(*sorted_columns: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
@@ -107,7 +245,12 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
         salt: a per-run random integer that decides which rows survive a bound.
 
     Returns:
-        The kept rows (a new batch; row order is not preserved).
+        The kept rows: a uniform sample of each unit's rows within ``bounds`` (see the module
+        docstring), in no particular order; ``batch`` itself when no row is dropped.
+
+    **Privacy**: which rows of a unit survive depends only on that unit's multiset of rows
+    and on ``salt``, so the bounded data set of neighbours differs by at most one unit's
+    bounded rows, and every score's sensitivity follows from ``bounds``.
     """
     if UNIT not in batch:
         raise ValueError("bound_rows needs a privacy-unit column; none was encoded")
@@ -119,16 +262,22 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
     keep = np.arange(unit.size)
 
     if bounds.distinct_candidates and CANDIDATE in batch:
-        # The first row of each (unit, key, candidate), found with Arrow's hash grouping
-        # (linear time; a lexsort of the three columns costs twice as much).
-        rows = pa.table({"u": unit, "k": key, "c": batch[CANDIDATE], "i": keep})
-        first = rows.group_by(["u", "k", "c"]).aggregate([("i", "min")])
-        keep = first.column("i_min").to_numpy()
+        if VALUE in batch:
+            # one row per (unit, key, candidate), uniform over that triple's rows
+            h = _row_hash(batch, salt64 ^ _DISTINCT_SALT)
+            chosen = _sample_groups([unit, key, batch[CANDIDATE]], [batch[VALUE]], h, 1)
+            keep = keep if chosen is None else np.sort(chosen)
+        else:
+            # rows with equal (unit, key, candidate) are identical: any one will do. Arrow's
+            # hash grouping finds the first (linear time; a lexsort costs twice as much).
+            rows = pa.table({"u": unit, "k": key, "c": batch[CANDIDATE], "i": keep})
+            first = rows.group_by(["u", "k", "c"]).aggregate([("i", "min")])
+            keep = np.sort(first.column("i_min").to_numpy())
 
     if bounds.max_keys_per_unit is not None and KEY in batch:
         u, k = unit[keep], key[keep]
         with np.errstate(over="ignore"):
-            key_priority = _mix(u ^ salt64 ^ (k.view(np.uint64) * np.uint64(0xD6E8FEB86659FD93)))
+            key_priority = _mix(u ^ salt64 ^ (k.view(np.uint64) * _ODD[1]))
         order = np.lexsort((key_priority, u))
         su, sk = u[order], k[order]
         pair_starts = _group_starts(su, sk)
@@ -139,12 +288,16 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
         key_rank = pair_rank - first_pair_of_unit
         keep = keep[order[key_rank < bounds.max_keys_per_unit]]
 
-    if bounds.max_contributions_per_unit is not None:
+    if bounds.max_contributions_per_unit is not None and keep.size:
         sub = take(batch, keep)
-        priority = _row_priority(sub, salt64)
-        u, k = sub[UNIT], key[keep]
-        order = np.lexsort((priority, k, u))
-        ranks = _rank_within_groups(_group_starts(u[order], k[order]))
-        keep = keep[order[ranks < bounds.max_contributions_per_unit]]
+        group = [sub[UNIT], sub[KEY]] if KEY in sub else [sub[UNIT]]
+        content = [sub[name] for name in (CANDIDATE, VALUE) if name in sub]
+        chosen = _sample_groups(
+            group, content, _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)
+        )
+        if chosen is not None:
+            keep = keep[chosen]
 
+    if keep.size == unit.size:
+        return batch
     return take(batch, keep)
