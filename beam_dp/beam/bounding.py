@@ -4,19 +4,46 @@ Batches, not rows, move through the shuffle: each input batch is split by the st
 its privacy units into at most ``num_shards`` sub-batches keyed by shard; a ``GroupByKey``
 brings every row of a unit to one shard, whatever file, worker or process it came from; the
 shard's rows are concatenated and bounded with numpy (:func:`beam_dp.batching.bound_rows`).
+
+**Windows.** On windowed (bounded) input the shuffle also brings together a unit's rows from
+*every* window: each batch is tagged with its window, re-windowed into the global window for
+the shuffle, and each unit keeps the rows of at most ``max_windows_per_unit`` of its windows,
+chosen by a salted priority over its distinct (unit, window) pairs (a function of the unit's
+own windows and the run's salt only). Within each kept window the usual bounds apply; the kept
+rows then go back to their own windows. So a unit influences at most ``max_windows_per_unit``
+windows' releases, and a windowed statistic that runs each window at
+``ε / max_windows_per_unit`` is ε-DP per unit over all its windows. :func:`check_windowing`
+holds the rules on which windowings are accepted.
+
+**Telemetry.** By default nothing data-dependent reaches a metric or a log line. Exact counts
+(rows read, bad records skipped, records with an unknown candidate or key, rows kept and
+dropped by bounding) are reported as Beam metrics in the ``beam_dp`` namespace only when
+:func:`beam_dp.telemetry.enable_exact_counts` was called before the transform was built:
+they are not private.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import apache_beam as beam
 import numpy as np
+import numpy.typing as npt
+from apache_beam.coders import Coder
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection
+from apache_beam.transforms.window import (
+    BoundedWindow,
+    FixedWindows,
+    GlobalWindows,
+    NonMergingWindowFn,
+    TimestampedValue,
+    WindowFn,
+)
 
 from beam_dp.batching import (
     UNIT,
@@ -30,39 +57,105 @@ from beam_dp.batching import (
     take,
 )
 from beam_dp.batching.columns import EncodeStats, OnBadRecord, with_source
+from beam_dp.telemetry import exact_counts_enabled
 
-__all__ = ["BoundContributions", "EncodeBatches"]
+__all__ = [
+    "BoundContributions",
+    "EncodeBatches",
+    "MatchBoundedWindows",
+    "check_windowing",
+    "kept_windows",
+]
 
 _NAMESPACE = "beam_dp"
 _PROGRESS_EVERY = 1_000_000
 _LOG = logging.getLogger(__name__)
 
 
+def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_unit: int) -> bool:
+    """The one rule on which windowings a private transform accepts; True if windowed.
+
+    * The global window: always; ``max_windows_per_unit`` must then be 1 (every unit is in
+      the one window, and a larger bound would only waste budget).
+    * Merging windows (``Sessions``): never. Adding or removing a unit's records can merge
+      or split windows, so no per-window release has a fixed neighbour.
+    * Record-level privacy (``unit_level=False``): ``FixedWindows`` only, which put each
+      record in exactly one window (sliding windows put a record in several).
+    * Unit-level privacy: any non-merging windowing (fixed, sliding) of **bounded** input;
+      a unit's windows are bounded by ``max_windows_per_unit`` in the shuffle. Unbounded
+      (streaming) input with windows is refused: bounding a unit's windows there needs
+      per-unit state across windows, which is not implemented yet.
+
+    Raises:
+        ValueError: naming the windowing and the rule, when the pipeline is built.
+    """
+    windowfn = pcoll.windowing.windowfn
+    if isinstance(windowfn, GlobalWindows):
+        if max_windows_per_unit != 1:
+            raise ValueError(
+                f"'max_windows_per_unit' is {max_windows_per_unit!r}, but the input is in the "
+                "global window (every unit is in one window): leave it at 1, or window the "
+                "input first"
+            )
+        return False
+    name = type(windowfn).__name__
+    if windowfn.is_merging():
+        raise ValueError(
+            f"the input is windowed with a merging window function ({name}, e.g. Sessions), "
+            "which private transforms refuse: one unit's records can merge or split windows, "
+            "so no window's release would be private; use FixedWindows or SlidingWindows"
+        )
+    if not unit_level:
+        if not isinstance(windowfn, FixedWindows):
+            raise ValueError(
+                f"with record-level privacy (unit_column=None) the input may be windowed only "
+                f"with FixedWindows, which put each record in one window; received {name}. "
+                "Give a unit_column (and max_windows_per_unit) to bound the windows a unit "
+                "reaches"
+            )
+        return True
+    if not pcoll.is_bounded:
+        raise ValueError(
+            "bounding the windows a unit reaches (max_windows_per_unit) is implemented for "
+            "bounded (batch) input only; this input is unbounded (streaming) and windowed "
+            f"({name}). Run the job in batch mode, or use record-level privacy "
+            "(unit_column=None) with FixedWindows"
+        )
+    return True
+
+
 class _EncodeFn(beam.DoFn):
     def __init__(self, options: dict[str, Any]):
         super().__init__()
         self._options = options
-        self._rows = Metrics.counter(_NAMESPACE, "rows_read")
-        self._bad = Metrics.counter(_NAMESPACE, "bad_records_skipped")
-        self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
+        # Read in the driver and pickled with the DoFn: the setting holds on every worker.
+        self._exact_counts = exact_counts_enabled()
         self._seen = 0
         self._next_report = _PROGRESS_EVERY
+        if self._exact_counts:
+            self._rows = Metrics.counter(_NAMESPACE, "rows_read")
+            self._bad = Metrics.counter(_NAMESPACE, "bad_records_skipped")
+            self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
 
     def process(self, element: Any) -> Iterator[ColumnBatch]:
         batch, options = with_source(element, self._options)
         stats = EncodeStats()
         encoded = encode_batch(batch, stats=stats, **options)
+        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
+            self._report(stats)
+        if num_rows(encoded):
+            yield encoded
+
+    def _report(self, stats: EncodeStats) -> None:
         self._rows.inc(stats.rows_read)
         self._seen += stats.rows_read
-        if self._seen >= self._next_report:  # progress of long jobs: aggregate counts only
-            _LOG.info("encoded %d rows so far on this worker", self._seen)
+        if self._seen >= self._next_report:
+            _LOG.info("encoded %d rows so far on this worker (exact counts are on)", self._seen)
             self._next_report *= 2
         if stats.bad_records:
             self._bad.inc(stats.bad_records)
         if stats.unknown_labels:
             self._unknown.inc(stats.unknown_labels)
-        if num_rows(encoded):
-            yield encoded
 
 
 class EncodeBatches(beam.PTransform):
@@ -72,8 +165,10 @@ class EncodeBatches(beam.PTransform):
     emits them; errors then name the file.
 
     See :func:`beam_dp.batching.encode_batch` for the arguments and the bad-record rules.
-    Aggregate counts (rows read, records skipped) are reported as Beam metrics in the
-    ``beam_dp`` namespace; no value is ever logged.
+    No value is ever logged. Exact counts (rows read, records skipped) are reported as Beam
+    metrics in the ``beam_dp`` namespace only when
+    :func:`beam_dp.telemetry.enable_exact_counts` was called before this transform was built
+    (they are not private); by default nothing data-dependent is reported.
     """
 
     def __init__(
@@ -126,52 +221,287 @@ class _BoundShardFn(beam.DoFn):
         super().__init__()
         self._bounds = bounds
         self._salt = salt
-        self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
-        self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+        self._exact_counts = exact_counts_enabled()
+        if self._exact_counts:
+            self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
+            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
 
     def process(self, element: tuple[int, Iterable[ColumnBatch]]) -> Iterator[ColumnBatch]:
         _, batches = element
         rows = concat_batches(batches)
         bounded = bound_rows(rows, self._bounds, self._salt)
         kept = num_rows(bounded)
-        self._kept.inc(kept)
-        self._dropped.inc(num_rows(rows) - kept)
+        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
+            self._kept.inc(kept)
+            self._dropped.inc(num_rows(rows) - kept)
         if kept:
             yield bounded
+
+
+# ------------------------------------------------------------------------------- windows
+
+_U64 = npt.NDArray[np.uint64]
+_WindowTag = bytes
+
+
+def _mix64(x: _U64) -> _U64:
+    """The SplitMix64 finaliser (a bijection of uint64 with good avalanche), vectorised."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _window_hash(tag: _WindowTag) -> int:
+    """A stable 64-bit hash of a window's encoding (the same on every worker and run)."""
+    return int.from_bytes(hashlib.blake2b(tag, digest_size=8).digest(), "little")
+
+
+def kept_windows(
+    units: _U64, windows: npt.NDArray[np.int64], window_hashes: _U64, salt: int, limit: int
+) -> npt.NDArray[np.bool_]:
+    """Which rows survive a bound of ``limit`` windows per unit (a boolean mask).
+
+    Args:
+        units: the unit hash of each row.
+        windows: the position of each row's window in ``window_hashes``.
+        window_hashes: a stable hash of each window (:func:`_window_hash` of its encoding).
+        salt: the run's salt.
+        limit: the windows kept per unit.
+
+    Each distinct (unit, window) pair gets the priority ``mix(mix(unit ^ salt) ^ hash)``; a
+    unit keeps the rows of its ``limit`` pairs of lowest priority. The choice depends only on
+    the unit's own windows and the salt, never on other units' rows or on processing order.
+    """
+    if units.size == 0:
+        return np.zeros(0, dtype=bool)
+    salt64 = np.uint64(salt & 0xFFFFFFFFFFFFFFFF)
+    hashes = window_hashes[windows]
+    priority = _mix64(_mix64(units ^ salt64) ^ hashes)
+    order = np.lexsort((windows, hashes, priority, units))
+    su, sw = units[order], windows[order]
+    pair_starts = np.ones(su.size, dtype=bool)
+    pair_starts[1:] = (su[1:] != su[:-1]) | (sw[1:] != sw[:-1])
+    unit_starts = np.ones(su.size, dtype=bool)
+    unit_starts[1:] = su[1:] != su[:-1]
+    pair_index = np.cumsum(pair_starts) - 1
+    first_pair_of_unit = np.maximum.accumulate(np.where(unit_starts, pair_index, 0))
+    keep = np.zeros(units.size, dtype=bool)
+    keep[order] = (pair_index - first_pair_of_unit) < limit
+    return keep
+
+
+class _TagWindowFn(beam.DoFn):
+    """``element`` to ``(window encoding, element)``: the window travels with the data."""
+
+    def __init__(self, coder: Coder) -> None:
+        super().__init__()
+        self._coder = coder
+
+    def process(
+        self, element: Any, window: Any = beam.DoFn.WindowParam
+    ) -> Iterator[tuple[_WindowTag, Any]]:
+        yield self._coder.encode(window), element
+
+
+def _split_tagged_to_shards(
+    element: tuple[_WindowTag, ColumnBatch], num_shards: int
+) -> Iterator[tuple[int, tuple[_WindowTag, ColumnBatch]]]:
+    tag, batch = element
+    for shard, part in _split_to_shards(batch, num_shards):
+        yield shard, (tag, part)
+
+
+class _BoundWindowsFn(beam.DoFn):
+    """Bound one shard's units over their windows, then within each kept window.
+
+    Output: ``(window encoding, bounded rows of that window)`` with a timestamp inside the
+    window, in the global window (``_RestoreWindows`` puts it back in its own window).
+    """
+
+    def __init__(
+        self, bounds: ContributionBounds, salt: int, max_windows_per_unit: int, coder: Coder
+    ) -> None:
+        super().__init__()
+        self._bounds = bounds
+        self._salt = salt
+        self._limit = max_windows_per_unit
+        self._coder = coder
+        self._exact_counts = exact_counts_enabled()
+        if self._exact_counts:
+            self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
+            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+
+    def process(
+        self, element: tuple[int, Iterable[tuple[_WindowTag, ColumnBatch]]]
+    ) -> Iterator[TimestampedValue]:
+        _, items = element
+        parts: dict[_WindowTag, list[ColumnBatch]] = {}
+        for tag, batch in items:
+            parts.setdefault(tag, []).append(batch)
+        tags = sorted(parts)
+        batches = [concat_batches(parts[tag]) for tag in tags]
+        sizes = [num_rows(batch) for batch in batches]
+        if not sum(sizes):
+            return
+        units = np.concatenate([batch[UNIT] for batch in batches if num_rows(batch)])
+        windows = np.repeat(np.arange(len(tags), dtype=np.int64), sizes)
+        hashes = np.array([_window_hash(tag) for tag in tags], dtype=np.uint64)
+        keep = kept_windows(units, windows, hashes, self._salt, self._limit)
+        offset = 0
+        kept_total = 0
+        for tag, batch, size in zip(tags, batches, sizes, strict=True):
+            rows = np.flatnonzero(keep[offset : offset + size])
+            offset += size
+            if not rows.size:
+                continue
+            bounded = bound_rows(take(batch, rows), self._bounds, self._salt)
+            kept = num_rows(bounded)
+            kept_total += kept
+            if kept:
+                window = self._coder.decode(tag)
+                yield TimestampedValue((tag, bounded), window.max_timestamp())
+        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
+            self._kept.inc(kept_total)
+            self._dropped.inc(offset - kept_total)
+
+
+class _TaggedWindows(NonMergingWindowFn):
+    """Assign each ``(window encoding, element)`` to the window it encodes.
+
+    The windowing strategy of what :class:`BoundContributions` outputs on windowed input:
+    the same windows as the input's (``windowfn``), restored after the global shuffle.
+    """
+
+    def __init__(self, windowfn: WindowFn) -> None:
+        self._windowfn = windowfn
+        self._coder = windowfn.get_window_coder()
+
+    def assign(self, context: WindowFn.AssignContext) -> list[BoundedWindow]:
+        tag, _ = cast(tuple[_WindowTag, Any], context.element)
+        return [self._coder.decode(tag)]
+
+    def get_window_coder(self) -> Coder:
+        return self._coder
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _TaggedWindows) and self._windowfn == other._windowfn
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._windowfn))
+
+
+def _drop_tag(element: tuple[_WindowTag, Any]) -> Any:
+    return element[1]
+
+
+class _RestoreWindows(beam.PTransform):
+    """``(window encoding, element)`` to ``element`` in the window it encodes."""
+
+    def __init__(self, windowfn: WindowFn) -> None:
+        super().__init__()
+        self._windowfn = windowfn
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        return (
+            pcoll
+            | "IntoOwnWindows" >> beam.WindowInto(_TaggedWindows(self._windowfn))
+            | "DropWindowTag" >> beam.Map(_drop_tag)
+        )
+
+
+class MatchBoundedWindows(beam.PTransform):
+    """Put a PCollection in the windowing strategy of :class:`BoundContributions`' output.
+
+    For a PCollection in the input's windows (``windowfn``, not the global window): the
+    elements stay in their windows, and the strategy becomes the one bounded batches have
+    on windowed input, so that the two can be flattened (window markers use this).
+    """
+
+    def __init__(self, windowfn: WindowFn) -> None:
+        super().__init__()
+        self._windowfn = windowfn
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        coder = self._windowfn.get_window_coder()
+        return (
+            pcoll
+            | "TagWindow" >> beam.ParDo(_TagWindowFn(coder))
+            | "RestoreWindows" >> _RestoreWindows(self._windowfn)
+        )
 
 
 class BoundContributions(beam.PTransform):
     """Enforce per-unit contribution bounds on encoded column batches.
 
     Args:
-        bounds: the bounds to enforce.
+        bounds: the bounds to enforce (within each window).
         num_shards: how many groups the units are hashed into (the parallelism of the
             bounding step; every row of a unit lands in one group).
-        salt: decides which rows survive a bound; random per pipeline by default. It is not a
-            privacy parameter (any per-unit rule is private) and is never released.
+        salt: decides which rows (and windows) survive a bound; random per pipeline by
+            default. It is not a privacy parameter (any per-unit rule is private) and is
+            never released.
+        max_windows_per_unit: on windowed input, the windows a unit keeps rows in (default
+            1); must be 1 on input in the global window.
 
-    Output: column batches in which every unit's rows are together and within ``bounds``.
-    On windowed input the bounds hold per window: a unit present in several windows
-    contributes up to the bounds in each of them.
+    Output: column batches in which every unit's rows of one window are together and within
+    ``bounds``. On windowed input each unit keeps the rows of at most
+    ``max_windows_per_unit`` of its windows (chosen by a salted priority over the unit's
+    own windows), and ``bounds`` hold in each of them; the output is in the input's windows.
+    The windowings accepted are those of :func:`check_windowing` (no merging windows, no
+    unbounded windowed input).
     """
 
     def __init__(
-        self, bounds: ContributionBounds, *, num_shards: int = 32, salt: int | None = None
+        self,
+        bounds: ContributionBounds,
+        *,
+        num_shards: int = 32,
+        salt: int | None = None,
+        max_windows_per_unit: int = 1,
     ):
         super().__init__()
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
             raise ValueError(f"'num_shards' must be an integer >= 1; received {num_shards!r}")
+        if (
+            isinstance(max_windows_per_unit, bool)
+            or not isinstance(max_windows_per_unit, int)
+            or max_windows_per_unit < 1
+        ):
+            raise ValueError(
+                f"'max_windows_per_unit' must be an integer >= 1; received {max_windows_per_unit!r}"
+            )
         self._bounds = bounds
         self._num_shards = num_shards
         self._salt = secrets.randbits(64) if salt is None else int(salt)
+        self._max_windows = max_windows_per_unit
 
     def expand(self, pcoll: PCollection) -> PCollection:
+        windowed = check_windowing(pcoll, unit_level=True, max_windows_per_unit=self._max_windows)
+        if not windowed:
+            return (
+                pcoll
+                | "SplitByUnitShard" >> beam.FlatMap(_split_to_shards, self._num_shards)
+                | "GroupUnits" >> beam.GroupByKey()
+                | "Bound" >> beam.ParDo(_BoundShardFn(self._bounds, self._salt))
+            )
+        windowfn = pcoll.windowing.windowfn
+        coder = windowfn.get_window_coder()
         return (
             pcoll
-            | "SplitByUnitShard" >> beam.FlatMap(_split_to_shards, self._num_shards)
+            | "TagWindow" >> beam.ParDo(_TagWindowFn(coder))
+            | "OneWindowForTheShuffle" >> beam.WindowInto(GlobalWindows())
+            | "SplitByUnitShard" >> beam.FlatMap(_split_tagged_to_shards, self._num_shards)
             | "GroupUnits" >> beam.GroupByKey()
-            | "Bound" >> beam.ParDo(_BoundShardFn(self._bounds, self._salt))
+            | "BoundWindows"
+            >> beam.ParDo(_BoundWindowsFn(self._bounds, self._salt, self._max_windows, coder))
+            | "RestoreWindows" >> _RestoreWindows(windowfn)
         )
 
     def display_data(self) -> dict[str, Any]:
-        return {"bounds": str(self._bounds.to_dict()), "num_shards": self._num_shards}
+        return {
+            "bounds": str(self._bounds.to_dict()),
+            "num_shards": self._num_shards,
+            "max_windows_per_unit": self._max_windows,
+        }

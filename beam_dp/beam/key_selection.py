@@ -14,9 +14,11 @@ which the pipeline enforces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from beam_dp.accounting import BudgetShare
+from beam_dp.accounting.zcdp import floor_float
 from beam_dp.batching import ContributionBounds
 from beam_dp.beam.selection_combiners import KeySelectionFn, KeySelectionSpec
 from beam_dp.beam.selection_core import (
@@ -26,7 +28,7 @@ from beam_dp.beam.selection_core import (
     check_column,
     describe,
 )
-from beam_dp.beam.selection_spec import CommonOptions, EpsilonLike, SelectionSpec
+from beam_dp.beam.selection_spec import CommonOptions, EpsilonLike, SelectionSpec, split_share
 from beam_dp.mechanisms import RandomSource
 from beam_dp.mechanisms.partition_selection import check_key_selection
 from beam_dp.scores import DistinctUnitCount
@@ -50,6 +52,9 @@ class KeySelection:
     Privacy:
         (epsilon, delta)-DP under add/remove. Composed with the selection that follows by basic
         composition: the two releases together cost (key selection ε + selection ε, delta).
+        On windowed input with ``max_windows_per_unit = w`` (an argument of the transform),
+        each window's key selection runs at ``(epsilon / w, delta / w)`` (basic composition
+        over the ``w`` windows a unit reaches).
     """
 
     epsilon: EpsilonLike
@@ -85,9 +90,18 @@ class KeySelection:
         return name, float(self.epsilon), float(self.delta)  # type: ignore[arg-type]
 
     def spec(
-        self, *, record_level: bool, confidence: float, rng: RandomSource | None
+        self,
+        *,
+        record_level: bool,
+        confidence: float,
+        rng: RandomSource | None,
+        windows_per_unit: int = 1,
     ) -> KeySelectionSpec:
+        """The parameters of one window's key selection (ε and δ split over the windows)."""
         name, epsilon, delta = self.resolve()
+        if windows_per_unit > 1:  # (ε, δ)-DP releases compose by basic composition
+            epsilon = floor_float(Fraction(epsilon) / windows_per_unit)
+            delta = floor_float(Fraction(delta) / windows_per_unit)
         return KeySelectionSpec(
             name=name,
             epsilon=epsilon,
@@ -95,6 +109,7 @@ class KeySelection:
             max_candidates_per_unit=1 if record_level else self.max_candidates_per_unit,
             confidence=confidence,
             rng=rng,
+            max_windows_per_unit=windows_per_unit,
         )
 
 
@@ -109,8 +124,13 @@ def key_selection_plan(
     """The plan of a key selection, followed by the top-k selection ``top`` if given."""
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
+    record_level = unit_column is None
+    windows = options.windows_per_unit(record_level)
     spec = selection.spec(
-        record_level=unit_column is None, confidence=options.confidence, rng=options.rng
+        record_level=record_level,
+        confidence=options.confidence,
+        rng=options.rng,
+        windows_per_unit=windows,
     )
     bounds = (
         None
@@ -126,11 +146,12 @@ def key_selection_plan(
             "on_bad_record": options.on_bad_record,
             "source": "input",
         },
-        combine_fn=KeySelectionFn(spec, top),
+        combine_fn=KeySelectionFn(spec, top, candidate_column),
         bounds=bounds,
         num_shards=options.num_shards,
         salt=options.salt,
         encode_labels=True,
+        max_windows_per_unit=windows,
     )
     return plan, spec
 
@@ -158,12 +179,17 @@ def top_after_key_selection(
             "each release needs its own budget share name"
         )
     per_unit = 1 if unit_column is None else selection.max_candidates_per_unit
-    bounds = {"max_candidates_per_unit": per_unit, "distinct_candidates": 1}
+    windows = options.windows_per_unit(unit_column is None)
+    bounds = {
+        "max_candidates_per_unit": per_unit,
+        "distinct_candidates": 1,
+        "max_windows_per_unit": windows,
+    }
     if unit_column is None:
         bounds["record_level_privacy"] = 1
     top = SelectionSpec.for_score(
         DistinctUnitCount(num_candidates=1),
-        budget=budget,
+        budget=split_share(budget, windows_per_unit=windows),
         statistic="top_candidates",
         options=options,
         bounds=bounds,
@@ -209,6 +235,8 @@ class SelectCandidates:
             name: release name (default ``"candidate_selection"``).
             confidence: confidence level of the accuracy fields.
             num_shards, salt, on_bad_record, rng: as in ``TopCandidates.Globally``.
+            max_windows_per_unit: on windowed input, the windows a unit keeps rows in
+                (enforced); each window's selection runs at ``(ε / w, δ / w)``.
         """
 
         NAMESPACE = "SelectCandidates"
@@ -228,6 +256,7 @@ class SelectCandidates:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             selection = KeySelection(epsilon, delta, max_candidates_per_unit, name)
@@ -238,6 +267,7 @@ class SelectCandidates:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, spec = key_selection_plan(
                 selection,
@@ -256,6 +286,7 @@ class SelectCandidates:
                     "epsilon": spec.epsilon,
                     "delta": spec.delta,
                     "max_candidates_per_unit": spec.max_candidates_per_unit,
+                    "max_windows_per_unit": spec.max_windows_per_unit,
                     "privacy_unit": "record" if plan.bounds is None else "unit_column",
                 },
             )

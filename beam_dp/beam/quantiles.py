@@ -42,14 +42,23 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   quantiles), ``cell_width`` (of the grid cells next to the outputs) and ``score_loss``.
 * **``.PerKey``**: one release per public key (``keys``; records with other keys are dropped),
   with or without data. A unit influences at most ``m = min(max_keys_per_unit, len(keys))``
-  keys (``m = 1`` at record level); each key's release runs at ``ε / m`` and records it, with
-  ``max_keys_per_unit: m`` in its bounds, so the whole transform is ε-DP.
-* **Windows**: each window gets its own release (``Release.window``), ε-DP for the data of
-  that window, contributions bounded per window. A window holding no element produces no
-  release, so *which windows exist* is not protected (feed a batch with no rows per window
-  as a heartbeat if it must be). In the global window an empty input still gets a release.
+  keys (``m = 1`` at record level) in at most ``w = max_windows_per_unit`` windows; each
+  release runs at ``ε / (m·w)``, or, with a budget share accounted by zCDP, at ``ρ / (m·w)``
+  (``ε / √(m·w)``, rounded down) (:func:`~beam_dp.beam.selection_spec.split_share`, shared
+  with the selection transforms), and records it, with ``max_keys_per_unit: m`` and
+  ``max_windows_per_unit: w`` in its bounds, so the whole transform is ε-DP over all keys
+  and windows.
+* **Windows**: each window gets its own release (``Release.window``). With a
+  ``unit_column``, bounding keeps each unit's rows in at most ``max_windows_per_unit``
+  windows (default 1; bounded input only) and the bounds hold within each window. The
+  windowings refused, and the rule on which windows release (a window releases iff it holds
+  an input element, whatever bounding drops), are those of the selection transforms
+  (:mod:`beam_dp.beam.selection`): *which windows exist* is not protected (feed a batch with
+  no rows per window as a heartbeat if it must be). In the global window an empty input
+  still gets a release.
 * The selection runs in ``extract_output``; nothing about a value ever reaches a log, an
-  exception message or a metric.
+  exception message or a metric, and exact counts only behind the operator's switch
+  (:mod:`beam_dp.telemetry`).
 """
 
 from __future__ import annotations
@@ -64,7 +73,6 @@ import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 from apache_beam.pvalue import AsDict, PCollection
-from apache_beam.transforms.window import GlobalWindows
 
 from beam_dp._validation import (
     check_positive_int,
@@ -73,9 +81,10 @@ from beam_dp._validation import (
 )
 from beam_dp.accounting import BudgetShare
 from beam_dp.batching import VALUE, ColumnBatch, ContributionBounds, PublicIndex
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches
-from beam_dp.beam.selection_combiners import AttachWindowFn, MarkerFn, split_by_key
-from beam_dp.beam.selection_spec import resolve_budget
+from beam_dp.beam.bounding import BoundContributions, EncodeBatches, check_windowing
+from beam_dp.beam.selection_combiners import AttachWindowFn, split_by_key
+from beam_dp.beam.selection_core import window_markers
+from beam_dp.beam.selection_spec import check_windows_per_unit, resolve_budget, split_share
 from beam_dp.mechanisms import RandomSource
 from beam_dp.release import Release, make_release
 from beam_dp.summaries.histogram import (
@@ -183,6 +192,7 @@ class _Common:
     salt: int | None
     on_bad_record: str
     rng: RandomSource | None
+    max_windows_per_unit: int = 1
 
     @property
     def record_level(self) -> bool:
@@ -203,6 +213,7 @@ class _Common:
             bounds = {"max_contributions_per_unit": self.max_contributions}
         if self.keys is not None:
             bounds["max_keys_per_unit"] = self.keys_per_unit
+        bounds["max_windows_per_unit"] = self.max_windows_per_unit
         return bounds
 
     def contribution_bounds(self) -> ContributionBounds | None:
@@ -232,6 +243,7 @@ def _common(
     salt: object,
     on_bad_record: object,
     rng: object,
+    max_windows_per_unit: object = 1,
 ) -> _Common:
     Grid.uniform(lower, upper, 2)  # type: ignore[arg-type]  # validates the bounds
     _check_column(unit_column, "unit_column", optional=True)
@@ -256,6 +268,7 @@ def _common(
         raise ValueError(f"'salt' must be an integer or None; received {salt!r}")
     if rng is not None and not isinstance(rng, RandomSource):
         raise TypeError("'rng' must be None (the OS CSPRNG) or a beam_dp RandomSource")
+    windows = check_windows_per_unit(max_windows_per_unit, unit_column is None)
     labels: tuple[Any, ...] | None = None
     if per_key:
         if value_column is not None:
@@ -284,6 +297,7 @@ def _common(
         salt=salt,
         on_bad_record=str(on_bad_record),
         rng=rng,
+        max_windows_per_unit=windows,
     )
 
 
@@ -301,11 +315,12 @@ def _values(element: Any) -> npt.NDArray[np.float64]:
         return np.array([element], dtype=np.float64)
     try:
         return np.asarray(element, dtype=np.float64).ravel()
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError):
+        # numpy's message may quote the value: never passed on.
         raise TypeError(
             "with value_column=None, elements must be numbers or arrays of numbers; "
             f"received type {type(element).__name__}"
-        ) from error
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -558,10 +573,10 @@ class _KeyRawFn(beam.DoFn):
             self._positions = {key: i for i, key in enumerate(self._keys)}
         try:
             key, value = element
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError):
             raise TypeError(
                 "with value_column=None, .PerKey elements must be (key, value) pairs"
-            ) from error
+            ) from None
         position = self._positions.get(key)
         if position is not None:
             yield position, _values(value)
@@ -591,7 +606,14 @@ def _with_key(element: Any) -> tuple[int, Any]:
 
 
 def _prepare(pcoll: PCollection, common: _Common) -> PCollection:
-    """Input to value batches (encoded, bounded) or raw values; keyed for ``.PerKey``."""
+    """Input to value batches (encoded, bounded) or raw values; keyed for ``.PerKey``.
+
+    The windowing is checked first (:func:`~beam_dp.beam.bounding.check_windowing`).
+    """
+    bounds = common.contribution_bounds()
+    check_windowing(
+        pcoll, unit_level=bounds is not None, max_windows_per_unit=common.max_windows_per_unit
+    )
     if common.value_column is None:
         if common.keys is None:
             return pcoll
@@ -603,38 +625,46 @@ def _prepare(pcoll: PCollection, common: _Common) -> PCollection:
         keys=None if common.keys is None else PublicIndex(common.keys),
         on_bad_record=common.on_bad_record,  # type: ignore[arg-type]
     )
-    bounds = common.contribution_bounds()
     if bounds is not None:
         batches = batches | "BoundContributions" >> BoundContributions(
-            bounds, num_shards=common.num_shards, salt=common.salt
+            bounds,
+            num_shards=common.num_shards,
+            salt=common.salt,
+            max_windows_per_unit=common.max_windows_per_unit,
         )
     if common.keys is None:
         return batches
     return batches | "SplitByKey" >> beam.FlatMap(split_by_key)
 
 
+def _markers(pcoll: PCollection, common: _Common) -> PCollection:
+    """The windows that release: the selection transforms' rule (``window_markers``)."""
+    return window_markers(pcoll, unit_level=common.contribution_bounds() is not None)
+
+
 def _with_every_key(pcoll: PCollection, keyed: PCollection, common: _Common) -> PCollection:
     assert common.keys is not None
-    if isinstance(pcoll.windowing.windowfn, GlobalWindows):
-        markers = pcoll.pipeline | "Once" >> beam.Create([None])
-    else:
-        markers = keyed | "WindowMarkers" >> beam.CombineGlobally(MarkerFn()).without_defaults()
-    every_key = markers | "EveryPublicKey" >> beam.FlatMap(_every_key, len(common.keys))
+    every_key = _markers(pcoll, common) | "EveryPublicKey" >> beam.FlatMap(
+        _every_key, len(common.keys)
+    )
     return (keyed, every_key) | "WithEveryKey" >> beam.Flatten()
 
 
-def _with_empty(pcoll: PCollection, values: PCollection) -> PCollection:
-    if isinstance(pcoll.windowing.windowfn, GlobalWindows):  # empty input: still a release
-        empty = pcoll.pipeline | "EmptyBatch" >> beam.Create([EMPTY])
-        return (values, empty) | "WithEmptyBatch" >> beam.Flatten()
-    return values
+def _empty_batch(_: Any) -> ColumnBatch:
+    return EMPTY
+
+
+def _with_empty(pcoll: PCollection, values: PCollection, common: _Common) -> PCollection:
+    # An empty batch in every window that releases (in the global window: even without input).
+    empty = _markers(pcoll, common) | "EmptyBatch" >> beam.Map(_empty_batch)
+    return (values, empty) | "WithEmptyBatch" >> beam.Flatten()
 
 
 def _expand_combine(pcoll: PCollection, common: _Common, combine_fn: beam.CombineFn) -> PCollection:
     values = _prepare(pcoll, common)
     if common.keys is None:
         releases = (
-            _with_empty(pcoll, values)
+            _with_empty(pcoll, values, common)
             | "Select" >> beam.CombineGlobally(combine_fn).without_defaults()
         )
     else:
@@ -649,7 +679,7 @@ def _expand_combine(pcoll: PCollection, common: _Common, combine_fn: beam.Combin
 def _expand_refined(pcoll: PCollection, common: _Common, spec: _QuantileSpec) -> PCollection:
     values = _prepare(pcoll, common)
     if common.keys is None:
-        keyed = _with_empty(pcoll, values) | "Key" >> beam.Map(_with_key)
+        keyed = _with_empty(pcoll, values, common) | "Key" >> beam.Map(_with_key)
     else:
         keyed = _with_every_key(pcoll, values, common)
     coarse = keyed | "CoarsePass" >> beam.CombinePerKey(QuantileCombineFn(spec, coarse=True))
@@ -709,6 +739,9 @@ class _QuantileTransform(beam.PTransform):
         on_bad_record: ``"skip"`` (default: NaN/null values and null units are dropped, a
             public rule) or ``"fail"`` (raise instead).
         rng: None (the OS CSPRNG); a seeded ``RandomSource`` only in tests.
+        max_windows_per_unit: on windowed input (with a ``unit_column``), the windows a unit
+            keeps values in (enforced; default 1); each window's release runs at
+            ``ε / max_windows_per_unit``.
 
     Raises:
         ValueError, TypeError: at construction, naming the bad parameter and its rule (bad
@@ -716,8 +749,9 @@ class _QuantileTransform(beam.PTransform):
         runs.
 
     Privacy:
-        epsilon-DP under ``relation`` (per window; for ``.PerKey`` over all the keys), with
-        ``max_contributions`` values per unit. Only grid points are released.
+        epsilon-DP under ``relation`` over all the windows (``max_windows_per_unit``) and, for
+        ``.PerKey``, all the keys, with ``max_contributions`` values per unit. Only grid points
+        are released.
     """
 
     _NAMESPACE: ClassVar[str] = "PrivateQuantiles"
@@ -753,6 +787,7 @@ class _QuantileTransform(beam.PTransform):
         salt: int | None = None,
         on_bad_record: str = "skip",
         rng: RandomSource | None = None,
+        max_windows_per_unit: int = 1,
     ) -> None:
         super().__init__()
         per_key = self._PER_KEY
@@ -777,6 +812,7 @@ class _QuantileTransform(beam.PTransform):
             salt=salt,
             on_bad_record=on_bad_record,
             rng=rng,
+            max_windows_per_unit=max_windows_per_unit,
         )
         parsed = parse_quantiles(quantiles)
         the_grid = make_grid(grid, common.lower, common.upper, num_points)
@@ -806,8 +842,13 @@ class _QuantileTransform(beam.PTransform):
             mechanism=common.method,
             rounds=rounds,
         )
-        per_key_epsilon = Fraction(budget.epsilon) / common.keys_per_unit
-        rho = None if budget.rho is None else budget.rho / common.keys_per_unit**2
+        share = split_share(
+            budget,
+            keys_per_unit=common.keys_per_unit,
+            windows_per_unit=common.max_windows_per_unit,
+        )
+        per_key_epsilon = Fraction(share.epsilon)
+        rho = share.rho
         options: dict[str, Any] = {
             "relation": common.relation,
             "max_contributions": common.max_contributions,
@@ -888,6 +929,11 @@ class _QuantileTransform(beam.PTransform):
     def keys_per_unit(self) -> int:
         """How many of the releases (per window) one unit can influence (1 for ``.Globally``)."""
         return self._common_params.keys_per_unit
+
+    @property
+    def max_windows_per_unit(self) -> int:
+        """How many windows' releases one unit can influence (enforced by bounding)."""
+        return self._common_params.max_windows_per_unit
 
     def expand(self, pcoll: PCollection) -> PCollection:
         if self._spec.cell_plan is not None:
@@ -1017,7 +1063,8 @@ class _MeanTransform(beam.PTransform):
         lower, upper: public clamping bounds; the grid lies inside them.
         epsilon: a float or an allocated ``BudgetShare`` (mechanism ``method``, ``rounds=1``).
         unit_column, value_column, max_contributions, key_column, keys, max_keys_per_unit,
-        name, confidence, num_shards, salt, on_bad_record, rng: as for the quantiles.
+        name, confidence, num_shards, salt, on_bad_record, rng, max_windows_per_unit: as for
+        the quantiles.
         relation: ``"replace"`` with the public number of values ``n`` uses the seed's
             utility ``-|mean - r|`` (sensitivity ``k (upper - lower) / n``; the pipeline fails
             if the number of values after bounding differs from ``n``). ``"add_remove"``
@@ -1059,6 +1106,7 @@ class _MeanTransform(beam.PTransform):
         salt: int | None = None,
         on_bad_record: str = "skip",
         rng: RandomSource | None = None,
+        max_windows_per_unit: int = 1,
     ) -> None:
         super().__init__()
         per_key = self._PER_KEY
@@ -1083,12 +1131,18 @@ class _MeanTransform(beam.PTransform):
             salt=salt,
             on_bad_record=on_bad_record,
             rng=rng,
+            max_windows_per_unit=max_windows_per_unit,
         )
         the_grid = make_grid(grid, common.lower, common.upper, num_points)
         budget = resolve_budget(
             epsilon, name=name, default_name="mean", mechanism=common.method, rounds=1
         )
-        per_key_epsilon = Fraction(budget.epsilon) / common.keys_per_unit
+        share = split_share(
+            budget,
+            keys_per_unit=common.keys_per_unit,
+            windows_per_unit=common.max_windows_per_unit,
+        )
+        per_key_epsilon = Fraction(share.epsilon)
         plan = plan_mean(
             the_grid,
             epsilon=per_key_epsilon,
@@ -1104,7 +1158,7 @@ class _MeanTransform(beam.PTransform):
             plan=plan,
             relation=common.relation,
             epsilon=float(per_key_epsilon),
-            rho=None if budget.rho is None else budget.rho / common.keys_per_unit**2,
+            rho=share.rho,
             bounds=common.ledger_bounds(),
             confidence=common.confidence,
             rng=common.rng,

@@ -34,28 +34,40 @@ Privacy, common to every transform here:
   ``r`` records in the data is protected only at ``r·ε`` (group privacy). Use it only when
   each person contributes one record (a survey with one row per respondent), or knowingly.
 * **Empty input** still yields a release in the global window (all scores zero).
-* **Windows**: on a windowed PCollection (e.g. ``beam.WindowInto(FixedWindows(...))``) each
-  window gets its own release (``Release.window`` gives its bounds), and each is ε-DP with
-  respect to the data *of that window*, with contributions bounded per window. A unit present
-  in ``w`` windows is protected at ``w·ε`` over all of them (basic composition); bound the
-  windows a unit may appear in, or divide ε, if that matters. Every window that holds at
-  least one input element releases (even if all its records are dropped as bad or unknown);
-  a window without any element releases nothing, so *which windows exist* is not protected:
-  if it must be, feed one empty batch (``{}``) per window as a heartbeat.
+* **Windows**: on a windowed PCollection (e.g. ``beam.WindowInto(FixedWindows(...))`` of
+  bounded input) each window gets its own release (``Release.window`` gives its bounds).
+  Contribution bounding also bounds the windows a unit reaches: each unit keeps rows in at
+  most ``max_windows_per_unit`` (default 1) of its windows, chosen by a salted priority over
+  its own windows, and each window's release runs at ``ε / max_windows_per_unit`` (recorded
+  with ``max_windows_per_unit`` in its ``contribution_bounds``), so the releases of all
+  windows together are ε-DP per unit. Refused, when the pipeline is built: merging windows
+  (``Sessions``), windowed unbounded (streaming) input with a ``unit_column`` (per-unit state
+  across windows is not implemented), windows other than ``FixedWindows`` with record-level
+  privacy, and ``max_windows_per_unit > 1`` in the global window
+  (:func:`~beam_dp.beam.bounding.check_windowing`). A window releases if and only if it holds
+  at least one input element (even if all its records are dropped as bad, unknown or by
+  bounding; the rule, :func:`~beam_dp.beam.selection_core.window_markers`, is the quantile
+  transforms' too); a window without any element releases nothing, so *which windows exist*
+  is not protected: if it must be, feed one empty batch (``{}``) per window as a heartbeat.
 * **``.PerKey``**: one selection per public key (``keys``; records with other keys are
   dropped), and every public key gets a release, with or without data. A unit influences at
   most ``m = min(max_keys_per_unit, len(keys))`` keys (``m = len(keys)`` when
   ``max_keys_per_unit`` is None, and ``m = 1`` with record-level privacy, where a record has
-  one key); each key's selection runs at ``ε / m``. So the whole ``.PerKey`` release is ε-DP:
-  parallel composition when the pipeline enforces ``max_keys_per_unit=1``, basic composition
-  over the ``m`` keys a unit can reach otherwise. Each per-key ledger entry records its own
-  ``ε / m`` and ``max_keys_per_unit: m``; to charge a :class:`~beam_dp.accounting.PrivacyBudget`
-  record ``m`` of them (:func:`ledger_entries_to_record`).
+  one key), in at most ``w = max_windows_per_unit`` windows. Under basic composition each
+  key's selection runs at ``ε / (m·w)``; with a budget share accounted by zCDP each gets
+  ``ρ / (m·w)`` and runs at ``ε / √(m·w)`` (rounded down, exactly). So the whole ``.PerKey``
+  release is ε-DP (or costs the share's ρ): parallel composition when ``m·w = 1``, composition
+  over the releases a unit can reach otherwise (:func:`~beam_dp.beam.selection_spec.split_share`).
+  Each per-key ledger entry records its own ε (and ρ) and ``max_keys_per_unit: m``; to charge
+  a :class:`~beam_dp.accounting.PrivacyBudget` record ``m`` of them per window
+  (:func:`ledger_entries_to_record`).
 * Budget: ``epsilon`` is a float or an allocated :class:`~beam_dp.accounting.BudgetShare`
   whose mechanism matches the transform (``method`` and ``k`` decide it:
   ``"permute_and_flip"``, ``"exponential"``, or their ``_top_k`` forms with ``rounds=k``).
   ``Release.ledger.rho`` is set when the share is accounted by zCDP.
-* No record value ever reaches a log, an exception or a metric.
+* No record value ever reaches a log, an exception or a metric, and no exact
+  data-dependent count does either unless the operator switched exact counts on
+  (:mod:`beam_dp.telemetry`).
 
 Candidates (``candidates=``) are public: a sequence of labels, a path to a text file (one
 label per line), or a PCollection of labels used as a side input (for counts-based scores;
@@ -155,10 +167,15 @@ def _top_candidates(
     labels, side = resolve_candidates(candidates, side_input_ok=True)
     options.check_k(None if labels is None else len(labels))
     record_level = unit_column is None
+    windows = options.windows_per_unit(record_level)
     budget = options.budget("top_candidates")
     # The count's sensitivity is 1 whatever a unit names; no bound on the candidates per
     # unit is needed, and an absent bound is left out of the ledger.
-    ledger = {**_record_level_bounds(record_level), **keys.ledger_bounds(record_level)}
+    ledger = {
+        **_record_level_bounds(record_level),
+        **keys.ledger_bounds(record_level),
+        "max_windows_per_unit": windows,
+    }
     if record_level:
         bounds = None
         ledger["max_candidates_per_unit"] = 1
@@ -173,7 +190,7 @@ def _top_candidates(
             ledger["max_candidates_per_unit"] = max_candidates_per_unit
     spec = SelectionSpec.for_score(
         DistinctUnitCount(num_candidates=len(labels) if labels else 1),
-        budget=keys.split(budget, record_level),
+        budget=keys.split(budget, record_level, windows),
         statistic="top_candidates",
         options=options,
         bounds=ledger,
@@ -190,6 +207,7 @@ def _top_candidates(
         bounds=bounds,
         num_shards=options.num_shards,
         salt=options.salt,
+        max_windows_per_unit=windows,
         side_candidates=side,
         keys=keys.keys,
     )
@@ -231,6 +249,8 @@ class TopCandidates:
             worker, so workers repeat each other's draws).
         key_column, keys, max_keys_per_unit (``.PerKey``): the key field, the public keys
             (a sequence or a file path) and the keys kept per unit (None: no bound).
+        max_windows_per_unit: on windowed input, the windows a unit keeps rows in (enforced;
+            default 1); each window's release runs at ``ε / max_windows_per_unit``.
 
     Privacy:
         Sensitivity 1 under both relations, whatever ``max_candidates_per_unit`` (each
@@ -264,6 +284,7 @@ class TopCandidates:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -277,6 +298,7 @@ class TopCandidates:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _top_candidates(
                 options,
@@ -315,6 +337,7 @@ class TopCandidates:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -328,6 +351,7 @@ class TopCandidates:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             if candidates is None:
                 raise ValueError("TopCandidates.PerKey needs public 'candidates'")
@@ -361,6 +385,7 @@ def _best_price(
         raise ValueError(f"'per_unit' must be one of {list(PER_UNIT_RULES)}; received {per_unit!r}")
     score = Revenue.default() if prices is None else Revenue(tuple(prices))
     record_level = unit_column is None
+    windows = options.windows_per_unit(record_level)
     budget = options.budget("best_price")
     exact = [Fraction(price) for price in score.prices]
     labels = tuple(nearest_float(price) for price in exact)
@@ -379,13 +404,14 @@ def _best_price(
     )
     spec = SelectionSpec.for_score(
         score,
-        budget=keys.split(budget, record_level),
+        budget=keys.split(budget, record_level, windows),
         statistic="best_price",
         options=options,
         bounds={
             **score.contribution_bounds,
             **_record_level_bounds(record_level),
             **keys.ledger_bounds(record_level),
+            "max_windows_per_unit": windows,
         },
     )
     rule = None if record_level else per_unit
@@ -400,6 +426,7 @@ def _best_price(
         bounds=bounds,
         num_shards=options.num_shards,
         salt=options.salt,
+        max_windows_per_unit=windows,
         keys=keys.keys,
     )
     display = describe(spec, labels=labels, bounds=bounds, keys=keys, epsilon_total=budget.epsilon)
@@ -426,7 +453,8 @@ class BestPrice:
         prices: the public grid: exact decimals, strictly increasing (default 0.01 ... 1.99).
         per_unit: ``"max"`` (default), ``"min"`` or ``"mean"``.
         method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit: as in :class:`TopCandidates`.
+        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
+        :class:`TopCandidates`.
 
     Privacy:
         Sensitivity ``max(prices)`` under both relations, monotone under both (one value per
@@ -456,6 +484,7 @@ class BestPrice:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -468,6 +497,7 @@ class BestPrice:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _best_price(
                 options,
@@ -504,6 +534,7 @@ class BestPrice:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -516,6 +547,7 @@ class BestPrice:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _best_price(
                 options,
@@ -556,6 +588,7 @@ def _election(
     else:
         score_object = PluralityVote(num_candidates=len(labels) if labels else 1)
     record_level = unit_column is None
+    windows = options.windows_per_unit(record_level)
     budget = options.budget("election")
     # One vote per unit: a unit with several vote records keeps one (a per-unit rule).
     bounds = (
@@ -567,13 +600,14 @@ def _election(
     )
     spec = SelectionSpec.for_score(
         score_object,
-        budget=keys.split(budget, record_level),
+        budget=keys.split(budget, record_level, windows),
         statistic="election",
         options=options,
         bounds={
             **score_object.contribution_bounds,
             **_record_level_bounds(record_level),
             **keys.ledger_bounds(record_level),
+            "max_windows_per_unit": windows,
         },
     )
     encode = {
@@ -588,6 +622,7 @@ def _election(
         bounds=bounds,
         num_shards=options.num_shards,
         salt=options.salt,
+        max_windows_per_unit=windows,
         side_candidates=side,
         keys=keys.keys,
     )
@@ -614,7 +649,8 @@ class Election:
         epsilon: a float or an allocated ``BudgetShare``.
         score: ``"plurality"`` (default) or ``"margin"``.
         method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit: as in :class:`TopCandidates`.
+        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
+        :class:`TopCandidates`.
 
     Privacy:
         Plurality: sensitivity 1, monotone under ``add_remove`` only. Margin: sensitivity 1
@@ -644,6 +680,7 @@ class Election:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -656,6 +693,7 @@ class Election:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _election(
                 options,
@@ -692,6 +730,7 @@ class Election:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -704,6 +743,7 @@ class Election:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _election(
                 options,
@@ -754,8 +794,9 @@ def _custom(
     labels = static_labels(candidates)
     options.check_k(len(labels))
     record_level = unit_column is None
+    windows = options.windows_per_unit(record_level)
     budget = options.budget(statistic)
-    one_key = keys.split(budget, record_level)
+    one_key = keys.split(budget, record_level, windows)
     enforced = (
         None
         if record_level
@@ -781,6 +822,7 @@ def _custom(
             **ledger,
             **_record_level_bounds(record_level),
             **keys.ledger_bounds(record_level),
+            "max_windows_per_unit": windows,
         },
         confidence=options.confidence,
         rng=options.rng,
@@ -798,6 +840,7 @@ def _custom(
         bounds=enforced,
         num_shards=options.num_shards,
         salt=options.salt,
+        max_windows_per_unit=windows,
         keys=keys.keys,
     )
     display = describe(
@@ -831,7 +874,8 @@ class ExponentialSelect:
             ``max_keys_per_unit`` is replaced by the ``.PerKey`` argument).
         statistic: the ledger's statistic name (default ``"custom"``).
         k, method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit: as in :class:`TopCandidates`.
+        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
+        :class:`TopCandidates`.
 
     Privacy:
         The caller declares ``sensitivity`` (the largest change of any candidate's score
@@ -867,6 +911,7 @@ class ExponentialSelect:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -880,6 +925,7 @@ class ExponentialSelect:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _custom(
                 options,
@@ -927,6 +973,7 @@ class ExponentialSelect:
             salt: int | None = None,
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
+            max_windows_per_unit: int = 1,
         ) -> None:
             super().__init__()
             options = CommonOptions(
@@ -940,6 +987,7 @@ class ExponentialSelect:
                 salt=salt,
                 on_bad_record=on_bad_record,
                 rng=rng,
+                max_windows_per_unit=max_windows_per_unit,
             )
             plan, release_name, reach, display = _custom(
                 options,

@@ -40,13 +40,13 @@ from beam_dp.batching import (
     take,
 )
 from beam_dp.batching.columns import (
-    BadRecordError,
     EncodeStats,
     OnBadRecord,
     as_table,
     with_source,
 )
 from beam_dp.beam.selection_spec import SelectionSpec, sorted_labels
+from beam_dp.errors import BadRecordError, data_error
 from beam_dp.mechanisms.partition_selection import (
     key_selection_threshold,
     select_keys,
@@ -75,6 +75,7 @@ __all__ = [
     "EncodeWithSideCandidatesFn",
     "KeySelectionFn",
     "KeySelectionSpec",
+    "LabelSummary",
     "MarkerFn",
     "RevenueFn",
     "split_by_key",
@@ -298,6 +299,7 @@ class KeySelectionSpec:
     max_candidates_per_unit: int
     confidence: float = 0.95
     rng: RandomSource | None = None
+    max_windows_per_unit: int = 1
 
     def release(self, labels: list[Any]) -> Release:
         """The release of the selected label set (its ledger and accuracy)."""
@@ -317,6 +319,7 @@ class KeySelectionSpec:
             contribution_bounds={
                 "max_candidates_per_unit": self.max_candidates_per_unit,
                 "distinct_candidates": 1,
+                "max_windows_per_unit": self.max_windows_per_unit,
             },
             accuracy={
                 "confidence": self.confidence,
@@ -334,38 +337,132 @@ class KeySelectionSpec:
         return Release(value=labels, ledger=entry, rng_secure=as_random_source(self.rng).secure)
 
 
+#: The rule broken when one candidate column holds labels of two kinds that cannot merge.
+MIXED_LABELS_RULE = "rule: candidate labels must be integers or text, in every file and batch"
+
+_INTEGER = "integer"
+_TEXT = "string"
+
+
+def _label_kind(labels: pa.Array) -> str:
+    """``"integer"``, ``"string"`` or the Arrow type's name."""
+    if pa.types.is_integer(labels.type):
+        return _INTEGER
+    if pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type):
+        return _TEXT
+    return str(labels.type)
+
+
+def _mixed_labels(field: str) -> BadRecordError:
+    # Built from the field and the rule only: Arrow's own message quotes a label.
+    return data_error("input", MIXED_LABELS_RULE, field=field)
+
+
+@dataclasses.dataclass
+class LabelSummary:
+    """Key selection's accumulator: the label counts and the one kind of label they hold.
+
+    A candidate column that holds integers in some batches and text in others is read as
+    text throughout (an integer as its decimal text, so ``7`` and ``"7"`` are one label), as
+    :func:`beam_dp.batching.columns.as_table` reads a field that mixes types within one
+    batch: the labels never depend on how the rows were split into batches or on the order
+    in which batches merge. Other mixtures are refused (:data:`MIXED_LABELS_RULE`).
+    """
+
+    counts: LabelCounts = dataclasses.field(default_factory=LabelCounts)
+    kind: str | None = None
+
+    def as_text(self) -> None:
+        """Turn integer labels into their decimal text (in place)."""
+        if self.kind != _INTEGER:
+            return
+        labels, counts = self.counts.labels, self.counts.counts
+        self.counts = LabelCounts()
+        if len(labels):
+            self.counts.add(labels.cast(pa.string()), counts)
+        self.kind = _TEXT
+
+    def to_dict(self) -> dict[Any, int]:
+        """``{label: count}`` (for tests and small summaries)."""
+        return self.counts.to_dict()
+
+
+def _agree(first: LabelSummary, kind: str | None, field: str) -> str | None:
+    """Bring ``first`` to the kind both sides share; return it (None: nothing yet)."""
+    if kind is None or first.kind == kind:
+        return first.kind
+    if first.kind is None:
+        first.kind = kind
+        return kind
+    if {first.kind, kind} == {_INTEGER, _TEXT}:
+        first.as_text()
+        return _TEXT
+    raise _mixed_labels(field)
+
+
 class KeySelectionFn(beam.CombineFn):
     """Distinct-unit counts per label read from the data, then DP key selection.
 
-    The accumulator is a :class:`~beam_dp.summaries.counts.LabelCounts`. ``extract_output``
-    keeps the labels whose noisy count clears the threshold and returns a list of releases:
-    the selected set and, when ``top`` is given, the top-k selection among the selected labels
-    (on the same counts; the selected set is public by then).
+    The accumulator is a :class:`LabelSummary` around a
+    :class:`~beam_dp.summaries.counts.LabelCounts`. ``extract_output`` keeps the labels whose
+    noisy count clears the threshold and returns a list of releases: the selected set and,
+    when ``top`` is given, the top-k selection among the selected labels (on the same counts;
+    the selected set is public by then).
+
+    Args:
+        spec: the key selection's parameters.
+        top: the selection among the selected labels, or None.
+        field: the candidate column (named in errors).
+
+    Raises:
+        BadRecordError: when labels of kinds that cannot merge meet (the message names the
+            field and the rule, never a label). Integers and text merge as text.
     """
 
-    def __init__(self, spec: KeySelectionSpec, top: SelectionSpec | None) -> None:
+    def __init__(
+        self, spec: KeySelectionSpec, top: SelectionSpec | None, field: str = "candidate"
+    ) -> None:
         super().__init__()
         self._spec = spec
         self._top = top
+        self._field = field
 
-    def create_accumulator(self) -> LabelCounts:
-        return LabelCounts()
+    def create_accumulator(self) -> LabelSummary:
+        return LabelSummary()
 
-    def add_input(self, accumulator: LabelCounts, batch: ColumnBatch) -> LabelCounts:
-        if num_rows(batch):
-            accumulator.add(pa.array(batch[LABEL]))
+    def add_input(self, accumulator: LabelSummary, batch: ColumnBatch) -> LabelSummary:
+        if not num_rows(batch):
+            return accumulator
+        try:
+            labels = pa.array(batch[LABEL])
+            kind = _label_kind(labels)
+            if _agree(accumulator, kind, self._field) != kind:
+                labels = labels.cast(pa.string())  # integers meet text: decimal text
+            accumulator.counts.add(labels)
+        except pa.ArrowException:
+            raise _mixed_labels(self._field) from None
         return accumulator
 
-    def merge_accumulators(self, accumulators: Iterable[LabelCounts]) -> LabelCounts:
+    def merge_accumulators(self, accumulators: Iterable[LabelSummary]) -> LabelSummary:
         iterator = iter(accumulators)
-        return next(iterator).merge(iterator)
+        first = next(iterator)
+        for other in iterator:
+            try:
+                if _agree(first, other.kind, self._field) != other.kind:
+                    other = LabelSummary(LabelCounts().merge([other.counts]), other.kind)
+                    other.as_text()  # a copy: the other accumulators are not modified
+                first.counts.merge([other.counts])
+            except pa.ArrowException:
+                raise _mixed_labels(self._field) from None
+        return first
 
-    def compact(self, accumulator: LabelCounts) -> LabelCounts:
-        return accumulator.compact()
+    def compact(self, accumulator: LabelSummary) -> LabelSummary:
+        accumulator.counts.compact()
+        return accumulator
 
-    def extract_output(self, accumulator: LabelCounts) -> list[Release]:
-        labels = accumulator.labels.to_pylist()
-        counts = accumulator.counts
+    def extract_output(self, accumulator: LabelSummary) -> list[Release]:
+        labels = accumulator.counts.labels.to_pylist()
+        counts = accumulator.counts.counts
         keep = select_keys(
             counts,
             epsilon=self._spec.epsilon,
@@ -386,6 +483,7 @@ class KeySelectionFn(beam.CombineFn):
             "epsilon": self._spec.epsilon,
             "delta": self._spec.delta,
             "max_candidates_per_unit": self._spec.max_candidates_per_unit,
+            "max_windows_per_unit": self._spec.max_windows_per_unit,
         }
         return shown
 
@@ -484,20 +582,24 @@ def _encode_labels(
     A null unit or label is a bad record (``on_bad_record``); messages name the field and the
     rule, never a value.
     """
-    table = as_table(batch)
+    try:
+        table = as_table(batch)
+    except pa.ArrowException:  # Arrow's message quotes the value it could not convert
+        raise data_error(
+            source, "rule: each field must hold values of one type (e.g. all strings)"
+        ) from None
     stats.rows_read += table.num_rows
     fields = [candidate_column] if unit_column is None else [unit_column, candidate_column]
     bad = np.zeros(table.num_rows, dtype=bool)
     for name in fields:
         if name not in table.schema.names:
-            raise BadRecordError(
-                f"{source}: field '{name}' is missing (rule: the field is required)"
-            )
+            raise data_error(source, "rule: the field is required", field=name)
         nulls = table.column(name).null_count
         if nulls and on_bad_record == "fail":
-            raise BadRecordError(
-                f"{source}: field '{name}' must not be null ({nulls} record(s)) "
-                "(use on_bad_record='skip' to drop such records)"
+            raise data_error(
+                source,
+                "rule: the field must not be null; use on_bad_record='skip' to drop such records",
+                field=name,
             )
         if nulls:
             bad |= table.column(name).is_null().to_numpy(zero_copy_only=False)
@@ -512,11 +614,12 @@ def _encode_labels(
         column = column.cast(column.type.value_type)
     try:
         hashed = stable_hash64(column)
-    except TypeError as exc:
-        raise BadRecordError(
-            f"{source}: field '{candidate_column}' has type {column.type} "
-            "(rule: candidate labels must be integers or strings)"
-        ) from exc
+    except TypeError:
+        raise data_error(
+            source,
+            f"rule: candidate labels must be integers or strings, not {column.type}",
+            field=candidate_column,
+        ) from None
     out[CANDIDATE] = hashed.view(np.int64)
     out[LABEL] = column.to_numpy(zero_copy_only=False)
     return out

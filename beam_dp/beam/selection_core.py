@@ -3,7 +3,8 @@
 ``expand`` is always: encode batches, bound contributions (unless each record is its own
 unit), then one ``CombineGlobally`` or ``CombinePerKey`` whose ``extract_output`` samples the
 release. This module builds that shape from a :class:`Plan` and holds the parameter helpers
-the transforms share.
+the transforms share, and :func:`window_markers`, the one rule (shared with the quantile
+transforms) on which windows release.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_dp._validation import check_positive_int
 from beam_dp.batching import ContributionBounds, PublicIndex
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches
+from beam_dp.beam.bounding import (
+    BoundContributions,
+    EncodeBatches,
+    MatchBoundedWindows,
+    check_windowing,
+)
 from beam_dp.beam.selection_combiners import (
     EMPTY,
     AttachKeyFn,
@@ -34,7 +40,7 @@ from beam_dp.beam.selection_spec import (
     SelectionSpec,
     effective_keys_per_unit,
     read_labels,
-    split_over_keys,
+    split_share,
 )
 from beam_dp.release import Release
 
@@ -45,6 +51,7 @@ __all__ = [
     "check_column",
     "resolve_candidates",
     "static_labels",
+    "window_markers",
 ]
 
 
@@ -108,9 +115,15 @@ class KeyOptions:
             return 1
         return effective_keys_per_unit(self.max_keys_per_unit, len(self.keys))
 
-    def split(self, budget: ResolvedBudget, record_level: bool) -> ResolvedBudget:
-        """The budget of one key's selection (see ``split_over_keys``)."""
-        return split_over_keys(budget, self.keys_per_unit(record_level))
+    def split(
+        self, budget: ResolvedBudget, record_level: bool, windows_per_unit: int = 1
+    ) -> ResolvedBudget:
+        """The budget of one key's selection in one window (see ``split_share``)."""
+        return split_share(
+            budget,
+            keys_per_unit=self.keys_per_unit(record_level),
+            windows_per_unit=windows_per_unit,
+        )
 
     def ledger_bounds(self, record_level: bool) -> dict[str, int]:
         if self.keys is None:
@@ -136,6 +149,8 @@ class Plan:
         side_candidates: candidates as a PCollection (a side input), if any.
         keys: public keys of a ``.PerKey`` transform.
         encode_labels: encode raw labels for DP key selection.
+        max_windows_per_unit: the windows a unit keeps rows in (enforced by
+            ``BoundContributions`` on windowed input).
     """
 
     encode: dict[str, Any]
@@ -146,6 +161,31 @@ class Plan:
     side_candidates: PCollection | None = None
     keys: tuple[Any, ...] | None = None
     encode_labels: bool = False
+    max_windows_per_unit: int = 1
+
+
+def window_markers(pcoll: PCollection, *, unit_level: bool) -> PCollection:
+    """One ``None`` per window that releases: the one rule for every private transform.
+
+    A window releases if and only if it holds at least one input element (in the global
+    window: always, even without input). The rule looks at the raw input, so the set of
+    releasing windows does not depend on bounding, bad records or unknown labels; but it
+    does depend on which windows hold data, so *which windows exist* is not protected
+    unless the caller sends a heartbeat (a batch with no rows, ``{}``) in every window.
+
+    Args:
+        pcoll: the transform's input.
+        unit_level: whether the data goes through ``BoundContributions`` (the markers are
+            then put in its output's windowing strategy, so that the two can be flattened).
+    """
+    windowfn = pcoll.windowing.windowfn
+    if isinstance(windowfn, GlobalWindows):
+        return pcoll.pipeline | "Once" >> beam.Create([None])
+    marker = beam.CombineGlobally(MarkerFn()).without_defaults()
+    markers = pcoll | "WindowsWithInput" >> marker
+    if unit_level:
+        markers = markers | "AsBoundedWindows" >> MatchBoundedWindows(windowfn)
+    return markers
 
 
 def _empty_batch(_: Any) -> dict[str, Any]:
@@ -165,8 +205,11 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
     """Encode, bound, combine once (per key), and label the releases with key and window.
 
     Every window that holds input gets a release (per public key for ``.PerKey``), and so
-    does the global window without any input.
+    does the global window without any input (:func:`window_markers`). The windowing is
+    checked first (:func:`~beam_dp.beam.bounding.check_windowing`).
     """
+    unit_level = plan.bounds is not None
+    check_windowing(pcoll, unit_level=unit_level, max_windows_per_unit=plan.max_windows_per_unit)
     args: tuple[Any, ...] = ()
     if plan.side_candidates is not None:
         side = beam.pvalue.AsList(plan.side_candidates)
@@ -178,16 +221,14 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
         batches = pcoll | "Encode" >> EncodeBatches(**plan.encode)
     if plan.bounds is not None:
         batches = batches | "BoundContributions" >> BoundContributions(
-            plan.bounds, num_shards=plan.num_shards, salt=plan.salt
+            plan.bounds,
+            num_shards=plan.num_shards,
+            salt=plan.salt,
+            max_windows_per_unit=plan.max_windows_per_unit,
         )
-    # One marker per window that holds input (one, always, in the global window): it brings
-    # an empty batch (per public key) so that every such window releases, even when all of
-    # its records were dropped or, in the global window, when there is no input at all.
-    if isinstance(pcoll.windowing.windowfn, GlobalWindows):
-        markers = pcoll.pipeline | "Once" >> beam.Create([None])
-    else:
-        marker = beam.CombineGlobally(MarkerFn()).without_defaults()
-        markers = pcoll | "WindowsWithInput" >> marker
+    # Each marker brings an empty batch (per public key) so that its window releases, even
+    # when all of its records were dropped or, in the global window, when there is no input.
+    markers = window_markers(pcoll, unit_level=unit_level)
     if plan.keys is None:
         empty = markers | "EmptyBatch" >> beam.Map(_empty_batch)
         releases = (
@@ -240,6 +281,11 @@ class SelectionTransform(beam.PTransform):
         """How many of this transform's releases (per window) one unit can influence:
         1 for ``.Globally``, ``m`` for ``.PerKey`` (see ``ledger_entries_to_record``)."""
         return self._keys_per_unit
+
+    @property
+    def max_windows_per_unit(self) -> int:
+        """How many windows' releases one unit can influence (enforced by bounding)."""
+        return self._plan.max_windows_per_unit
 
 
 def describe(

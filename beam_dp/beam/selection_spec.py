@@ -9,6 +9,7 @@ a merged score vector and builds the :class:`~beam_dp.release.Release`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +29,8 @@ from beam_dp._validation import (
     check_relation,
 )
 from beam_dp.accounting import BudgetShare
+from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
+from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
 from beam_dp.mechanisms import METHODS, Method, RandomSource, as_random_source, select, top_k
 from beam_dp.release import Release, make_release
 from beam_dp.scores import Score
@@ -38,6 +41,7 @@ __all__ = [
     "ResolvedBudget",
     "SelectionSpec",
     "check_method",
+    "check_windows_per_unit",
     "effective_keys_per_unit",
     "mechanism_name",
     "nearest_float",
@@ -45,6 +49,7 @@ __all__ = [
     "resolve_budget",
     "sorted_labels",
     "split_over_keys",
+    "split_share",
 ]
 
 EpsilonLike = float | BudgetShare
@@ -66,11 +71,21 @@ def mechanism_name(method: Method, k: int) -> str:
 
 @dataclass(frozen=True)
 class ResolvedBudget:
-    """A selection's privacy parameters after reading a float or a budget share."""
+    """A selection's privacy parameters after reading a float or a budget share.
+
+    Attributes:
+        name: the release (share) name.
+        epsilon: ε over the ``rounds`` selections of one release.
+        rho: zCDP cost of one release when the share is accounted by zCDP, else None.
+        mechanism: the ledger's mechanism name (decides the zCDP rate when ``rho`` is set).
+        rounds: how many equal rounds ``epsilon`` is split into (k for top-k).
+    """
 
     name: str
     epsilon: float
     rho: float | None
+    mechanism: str | None = None
+    rounds: int = 1
 
 
 def resolve_budget(
@@ -108,12 +123,14 @@ def resolve_budget(
                 f"'name' ({name!r}) differs from the budget share's name ({epsilon.name!r}); "
                 "releases are recorded against the share, so leave 'name' unset"
             )
-        return ResolvedBudget(epsilon.name, float(epsilon.epsilon), epsilon.rho)
+        return ResolvedBudget(
+            epsilon.name, float(epsilon.epsilon), epsilon.rho, mechanism, int(rounds)
+        )
     check_positive_finite(epsilon, "epsilon")
     chosen = default_name if name is None else name
     if not isinstance(chosen, str) or not chosen:
         raise ValueError(f"'name' must be a non-empty string; received {chosen!r}")
-    return ResolvedBudget(chosen, float(epsilon), None)  # type: ignore[arg-type]
+    return ResolvedBudget(chosen, float(epsilon), None, mechanism, int(rounds))  # type: ignore[arg-type]
 
 
 def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
@@ -124,11 +141,11 @@ def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
     """
     try:
         return tuple(sorted(set(labels)))
-    except TypeError as error:
+    except TypeError:
         raise TypeError(
             "candidate labels from a PCollection must be mutually comparable "
             "(all strings or all numbers) so that every worker orders them the same way"
-        ) from error
+        ) from None
 
 
 def read_labels(path: str | os.PathLike[str]) -> tuple[str, ...]:
@@ -160,9 +177,11 @@ class CommonOptions:
     salt: int | None = None
     on_bad_record: str = "fail"
     rng: RandomSource | None = None
+    max_windows_per_unit: int = 1
 
     def __post_init__(self) -> None:
         check_method(self.method)
+        check_positive_int(self.max_windows_per_unit, "max_windows_per_unit")
         check_relation(self.relation)
         check_positive_int(self.k, "k")
         check_probability_open(self.confidence, "confidence")
@@ -193,6 +212,15 @@ class CommonOptions:
             mechanism=self.mechanism,
             rounds=self.k,
         )
+
+    def windows_per_unit(self, record_level: bool) -> int:
+        """The windows whose releases one unit can influence (``max_windows_per_unit``).
+
+        Raises:
+            ValueError: for a bound above 1 with record-level privacy, where no unit column
+                tells a unit's windows apart (each record is in one fixed window).
+        """
+        return check_windows_per_unit(self.max_windows_per_unit, record_level)
 
     def check_k(self, num_candidates: int | None) -> None:
         """``k`` must not exceed the number of public candidates (when known)."""
@@ -347,17 +375,72 @@ def effective_keys_per_unit(max_keys_per_unit: int | None, num_keys: int) -> int
     return num_keys if max_keys_per_unit is None else min(max_keys_per_unit, num_keys)
 
 
-def split_over_keys(budget: ResolvedBudget, keys_per_unit: int) -> ResolvedBudget:
-    """The budget of one key's selection when a unit influences ``keys_per_unit`` keys.
+def check_windows_per_unit(max_windows_per_unit: object, record_level: bool) -> int:
+    """Validate ``max_windows_per_unit``: an integer >= 1, and 1 with record-level privacy.
 
-    ε is divided by ``keys_per_unit`` (basic composition over the keys one unit can reach;
-    with 1 this is parallel composition) and ρ by its square (ρ scales with ε²), so the
-    ``keys_per_unit`` selections one unit can influence together cost the transform's ε.
+    Record-level privacy has no unit column to bound a unit's windows with; a record is in
+    exactly one window because only ``FixedWindows`` are accepted then (see
+    :func:`beam_dp.beam.bounding.check_windowing`).
     """
-    if keys_per_unit == 1:
+    check_positive_int(max_windows_per_unit, "max_windows_per_unit")
+    if record_level and max_windows_per_unit != 1:
+        raise ValueError(
+            "'max_windows_per_unit' applies only with a 'unit_column': with unit_column=None "
+            "(record-level privacy) every record is its own unit and lies in one window; "
+            f"received {max_windows_per_unit!r}"
+        )
+    return int(max_windows_per_unit)  # type: ignore[call-overload]
+
+
+def split_share(
+    budget: ResolvedBudget, *, keys_per_unit: int = 1, windows_per_unit: int = 1
+) -> ResolvedBudget:
+    """The budget of one release when a unit can influence ``keys · windows`` releases.
+
+    A ``.PerKey`` transform releases once per public key (and every transform once per
+    window); one unit can influence ``n = keys_per_unit · windows_per_unit`` of those
+    releases, and together they must cost no more than ``budget``:
+
+    * basic composition (``budget.rho`` is None): each release runs at ``ε / n``, rounded
+      down, so that ``n`` of them never exceed ``ε``;
+    * zCDP (``budget.rho`` set): each release gets ``ρ / n`` (rounded down), and runs at the
+      largest ε whose cost at the mechanism's rate is at most that: ``ε / √n`` for the
+      mechanisms accounted by ``ρ ∝ ε²``, rounded down with exact rational arithmetic so
+      that ``n`` releases cost at most the share's ρ.
+
+    With ``n = 1`` (``.Globally``, one window per unit, or ``max_keys_per_unit=1``: parallel
+    composition) the budget is returned as it is.
+
+    Privacy:
+        The ``n`` releases one unit can reach compose to the share's ε (basic) or ρ (zCDP);
+        releases the unit cannot reach are parallel to them.
+    """
+    check_positive_int(keys_per_unit, "keys_per_unit")
+    check_positive_int(windows_per_unit, "windows_per_unit")
+    parts = keys_per_unit * windows_per_unit
+    if parts == 1:
         return budget
-    rho = None if budget.rho is None else budget.rho / keys_per_unit**2
-    return ResolvedBudget(budget.name, budget.epsilon / keys_per_unit, rho)
+    if budget.rho is None:
+        epsilon = floor_float(Fraction(budget.epsilon) / parts)
+        return dataclasses.replace(budget, epsilon=epsilon)
+    if budget.mechanism is None:
+        raise ValueError("a zCDP budget needs its mechanism to be split over keys or windows")
+    kind = privacy_kind(budget.mechanism)
+    if kind not in ZCDP_RATE:
+        raise ValueError(
+            f"mechanism {budget.mechanism!r} has no zCDP rate to split its budget over keys "
+            "or windows"
+        )
+    rate = ZCDP_RATE[kind]
+    rho = floor_float(Fraction(budget.rho) / parts)
+    # The largest ε (over the release's rounds) with rate · ε² / rounds <= rho, exactly.
+    epsilon = epsilon_per_round_for_rho(rho, rate / budget.rounds, 1)
+    return dataclasses.replace(budget, epsilon=epsilon, rho=rho)
+
+
+def split_over_keys(budget: ResolvedBudget, keys_per_unit: int) -> ResolvedBudget:
+    """The budget of one key's selection: :func:`split_share` over ``keys_per_unit`` keys."""
+    return split_share(budget, keys_per_unit=keys_per_unit)
 
 
 def nearest_float(value: Fraction) -> float:

@@ -263,6 +263,7 @@ def test_globally_on_record_batches_releases_accurate_quantiles() -> None:
     assert ledger.contribution_bounds == {
         "record_level_privacy": 1,
         "max_contributions_per_unit": 1,
+        "max_windows_per_unit": 1,
     }
     assert set(ledger.accuracy) == {"confidence", "score_loss", "rank_error", "cell_width"}
     assert ledger.accuracy["cell_width"] == pytest.approx(20.0 / 999_999)
@@ -331,7 +332,10 @@ def test_contributions_are_bounded_per_unit() -> None:
     )
 
     assert release.value == pytest.approx(np.median(np.concatenate([honest, [9.0, 9.0]])), abs=2e-3)
-    assert release.ledger.contribution_bounds == {"max_contributions_per_unit": 2}
+    assert release.ledger.contribution_bounds == {
+        "max_contributions_per_unit": 2,
+        "max_windows_per_unit": 1,
+    }
     assert release.ledger.sensitivity == 1.0  # max(alpha, 1 - alpha) * 2
 
 
@@ -368,6 +372,7 @@ def test_per_key_gives_every_public_key_a_release_and_splits_epsilon() -> None:
         assert release.ledger.contribution_bounds == {
             "max_contributions_per_unit": 10,
             "max_keys_per_unit": 3,
+            "max_windows_per_unit": 1,
         }
 
 

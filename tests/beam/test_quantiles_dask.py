@@ -128,6 +128,7 @@ def check(releases: dict[Any, Release], truth: dict[str, Any]) -> None:
     assert releases[("quantiles", "north")].ledger.contribution_bounds == {
         "max_contributions_per_unit": 3,
         "max_keys_per_unit": 1,
+        "max_windows_per_unit": 1,
     }
     assert 2.0 < releases[("median", None)].value < 6.0
     assert "fine_rank_error" in releases[("median", None)].ledger.accuracy

@@ -160,7 +160,10 @@ def check(releases: dict[str, Release]) -> None:
     assert releases["probe"].value == GATHERED_AND_BOUNDED
     # "spam" has 8 distinct units (32 if deduplicated per file only), "win" 20.
     assert releases["top_candidates"].value == "win"
-    assert releases["top_candidates"].ledger.contribution_bounds == {"distinct_candidates": 1}
+    assert releases["top_candidates"].ledger.contribution_bounds == {
+        "distinct_candidates": 1,
+        "max_windows_per_unit": 1,
+    }
 
 
 def run_on(runner: Any, options: PipelineOptions | None, tmp_path: Path, beam_io: bool) -> None:

@@ -18,9 +18,8 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.testing import test_stream
 from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampedValue
 
@@ -176,7 +175,7 @@ def test_best_price_is_near_the_revenue_optimal_price(tmp_path: Path) -> None:
     assert revenue[round(release.value, 2)] >= best - bound
     assert release.ledger.sensitivity == pytest.approx(1.99)
     assert release.ledger.monotone and release.ledger.num_candidates == 199
-    assert release.ledger.contribution_bounds == {"values_per_unit": 1}
+    assert release.ledger.contribution_bounds == {"values_per_unit": 1, "max_windows_per_unit": 1}
     check_record(release)
 
 
@@ -378,21 +377,21 @@ def test_budget_share_names_the_release_and_carries_rho(tmp_path: Path) -> None:
 
 
 def test_windowed_input_releases_one_selection_per_window(tmp_path: Path) -> None:
+    # Bounded (batch) input with timestamps: unit-level bounding over windows needs it
+    # (unbounded windowed input is refused; see tests/beam/test_windows.py).
     def window_batch(winner: str, start: int) -> list[dict[str, Any]]:
         return [{"u": f"{start}-{i}", "c": winner if i < 60 else "z"} for i in range(70)]
 
-    stream = (
-        test_stream.TestStream()
-        .advance_watermark_to(0)
-        .add_elements([TimestampedValue(window_batch("a", 0), 5)])
-        .add_elements([TimestampedValue(window_batch("b", 1), 65)])
-        .advance_watermark_to(70)
-        .add_elements([TimestampedValue(window_batch("c", 2), 130)])
-        .advance_watermark_to_infinity()
-    )
+    timestamped = [
+        TimestampedValue(window_batch("a", 0), 5),
+        TimestampedValue(window_batch("b", 1), 65),
+        TimestampedValue(window_batch("c", 2), 130),
+    ]
 
     def build(p: beam.Pipeline) -> Any:
-        windowed = p | stream | "Minutes" >> beam.WindowInto(window.FixedWindows(60))
+        windowed = (
+            p | beam.Create(timestamped) | "Minutes" >> beam.WindowInto(window.FixedWindows(60))
+        )
         top = windowed | "top" >> TopCandidates.Globally(
             candidate_column="c", candidates=["a", "b", "c", "z"], unit_column="u", epsilon=4.0
         )
@@ -406,9 +405,7 @@ def test_windowed_input_releases_one_selection_per_window(tmp_path: Path) -> Non
         )
         return (top, per_key) | beam.Flatten() | "Global" >> beam.WindowInto(window.GlobalWindows())
 
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    releases = run(build, tmp_path, runner="DirectRunner", options=options)
+    releases = run(build, tmp_path)
 
     top = sorted((r for r in releases if r.statistic == "top_candidates"), key=lambda r: r.window)
     assert [r.value for r in top] == ["a", "b", "c"]  # gaps of 50 units at epsilon 4
@@ -527,7 +524,10 @@ def test_custom_score_with_declared_sensitivity(tmp_path: Path) -> None:
     )
     assert release.value == 18 and release.statistic == "busiest_hour"
     assert release.ledger.sensitivity == 10
-    assert release.ledger.contribution_bounds == {"max_contributions_per_unit": 1}
+    assert release.ledger.contribution_bounds == {
+        "max_contributions_per_unit": 1,
+        "max_windows_per_unit": 1,
+    }
     check_record(release)
 
 
@@ -547,6 +547,7 @@ def test_record_level_privacy_counts_every_record_as_a_unit(tmp_path: Path) -> N
     assert release.ledger.contribution_bounds == {
         "record_level_privacy": 1,
         "max_candidates_per_unit": 1,
+        "max_windows_per_unit": 1,
     }
 
 

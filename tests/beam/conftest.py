@@ -1,0 +1,66 @@
+"""Fixtures of the Beam tests: run a pipeline in process and collect what it outputs."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from beam_dp import telemetry
+
+
+class _Dump(beam.DoFn):
+    """Pickle each bundle's elements (with their window) into one file."""
+
+    def __init__(self, directory: str) -> None:
+        self._directory = directory
+
+    def start_bundle(self) -> None:
+        self._items: list[tuple[Any, Any]] = []
+
+    def process(self, element: Any, window: Any = beam.DoFn.WindowParam) -> None:
+        self._items.append((element, window))
+
+    def finish_bundle(self) -> None:
+        if self._items:
+            with open(os.path.join(self._directory, uuid.uuid4().hex), "wb") as handle:
+                pickle.dump(self._items, handle)
+
+
+Collect = Callable[[Callable[[beam.Pipeline], Any]], list[tuple[Any, Any]]]
+
+
+@pytest.fixture
+def collect(tmp_path: Path) -> Collect:
+    """``collect(build)`` runs ``build(pipeline)`` on the in-process FnApiRunner and returns
+    the ``(element, window)`` pairs of the PCollection it returns."""
+
+    def run(build: Callable[[beam.Pipeline], Any]) -> list[tuple[Any, Any]]:
+        directory = tmp_path / uuid.uuid4().hex
+        directory.mkdir()
+        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+            _ = build(pipeline) | "Collect" >> beam.ParDo(_Dump(str(directory)))
+        found: list[tuple[Any, Any]] = []
+        for path in directory.iterdir():
+            with open(path, "rb") as handle:
+                found.extend(pickle.load(handle))
+        return found
+
+    return run
+
+
+@pytest.fixture
+def exact_counts() -> Iterator[None]:
+    """Switch exact counts on for one test (and always off again)."""
+    telemetry.enable_exact_counts()
+    try:
+        yield
+    finally:
+        telemetry.disable_exact_counts()
