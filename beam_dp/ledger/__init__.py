@@ -106,4 +106,10 @@ def open_ledger(
         from beam_dp.ledger._postgres import PostgresBackend
 
         backend = PostgresBackend(parsed, connect_timeout=timeout)
-    return Ledger(backend, parsed, create=create, clock=clock or _utc_now)
+    return Ledger(
+        backend,
+        parsed,
+        create=create,
+        clock=clock or _utc_now,
+        reopen=lambda: open_ledger(url, timeout=timeout, clock=clock),
+    )

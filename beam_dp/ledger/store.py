@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from beam_dp._validation import check_relation
 from beam_dp.accounting import Composition, LedgerEntry
@@ -82,6 +82,7 @@ __all__ = [
     "RunState",
 ]
 
+_T = TypeVar("_T")
 RunState = Literal["reserved", "committed", "returned", "abandoned", "released"]
 _STATES: tuple[RunState, ...] = ("reserved", "committed", "returned", "abandoned", "released")
 _CHARGED = ("reserved", "committed", "abandoned")
@@ -406,16 +407,30 @@ class Reservation:
             The committed run; ``overwrites`` lists earlier committed runs that wrote to
             the same location (their spend stays spent).
         """
-        return self._ledger._commit(self._run_id, list(entries), output_location, overwrite)
+        listed = list(entries)
+        return self._with_ledger(
+            lambda ledger: ledger._commit(self._run_id, listed, output_location, overwrite)
+        )
 
     def release(self) -> None:
         """Give the reservation back: only for a run that failed before any release could
         escape (nothing was written). No-op if it was already returned or released."""
-        self._ledger._close(self._run_id, "returned", "")
+        self._with_ledger(lambda ledger: ledger._close(self._run_id, "returned", ""))
 
     def abandon(self, reason: str) -> None:
         """Mark a failed run whose outputs may have escaped: it stays charged."""
-        self._ledger._close(self._run_id, "abandoned", reason)
+        self._with_ledger(lambda ledger: ledger._close(self._run_id, "abandoned", reason))
+
+    def _with_ledger(self, action: Callable[[Ledger], _T]) -> _T:
+        """Run ``action`` on the reserving connection, or on a fresh one if it was closed.
+
+        A job may close its ledger while its pipeline runs (hours, for a large export): the
+        commit then opens a new, short connection instead of relying on an idle one.
+        """
+        if not self._ledger.closed:
+            return action(self._ledger)
+        with self._ledger.reopen() as ledger:
+            return action(ledger)
 
     def describe(self) -> dict[str, Any]:
         """Public facts for the ``budget`` section of ``release.json`` (URL redacted)."""
@@ -446,11 +461,19 @@ class Ledger:
     """
 
     def __init__(
-        self, backend: Backend, url: LedgerURL, *, create: bool, clock: Callable[[], datetime]
+        self,
+        backend: Backend,
+        url: LedgerURL,
+        *,
+        create: bool,
+        clock: Callable[[], datetime],
+        reopen: Callable[[], Ledger] | None = None,
     ) -> None:
         self._backend = backend
         self._url = url
         self._clock = clock
+        self._reopen = reopen
+        self._closed = False
         try:
             self._check_schema(create)
         except BaseException:
@@ -465,8 +488,20 @@ class Ledger:
         return self._url.redacted
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (a :class:`Reservation` reopens one when it needs it)."""
+        self._closed = True
         self._backend.close()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def reopen(self) -> Ledger:
+        """A new connection to the same ledger (same URL, timeout and clock)."""
+        if self._reopen is None:
+            raise LedgerError(f"ledger {self._url} cannot be reopened")
+        return self._reopen()
 
     def __enter__(self) -> Ledger:
         return self

@@ -268,3 +268,17 @@ def test_a_dataset_without_renewal_can_start_renewing(ledger_url: str) -> None:
         ledger.reserve("d", Plan.basic("1"), JOB)
         clock.now += timedelta(days=70)
         assert ledger.status("d").remaining.epsilon == 0
+
+
+def test_a_reservation_outlives_its_connection(ledger_url: str) -> None:
+    # A job closes its ledger while the pipeline runs; the commit opens a new connection.
+    with open_ledger(ledger_url, create=True) as ledger:
+        ledger.create_dataset("d", epsilon="1")
+        reservation = ledger.reserve("d", Plan.basic("0.5"), JOB)
+        returned = ledger.reserve("d", Plan.basic("0.25"), JOB)
+    assert ledger.closed
+    assert reservation.commit([entry(epsilon=0.5)], "out").state == "committed"
+    returned.release()
+    with open_ledger(ledger_url) as reopened:
+        status = reopened.status("d")
+    assert status.committed.epsilon == Fraction(1, 2) and status.reserved == Cost()
