@@ -53,7 +53,7 @@ def _connect_failure(error: Exception) -> str:
         return "the connection timed out"
     if "refused" in text:
         return "the connection was refused (is the server running on that host and port?)"
-    if "could not translate host name" in text or "name or service not known" in text:
+    if "resolve host" in text or "translate host name" in text or "not known" in text:
         return "the host name does not resolve"
     if "ssl" in text:
         return "the TLS negotiation failed"
