@@ -12,8 +12,16 @@ $(STAMP): setup.py pyproject.toml
 	$(BIN)/pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
+# The main job on the bundled sample export, charged to a fresh SQLite budget ledger under out/.
+LEDGER := sqlite:///$(CURDIR)/out/ledger.db
+
 run: $(STAMP)
-	$(BIN)/python -m pipelines.release --config pipelines/configs/sample_survey.toml --output out
+	@mkdir -p out && rm -f out/ledger.db
+	$(BIN)/python -m pipelines.budget create --ledger $(LEDGER) --dataset sample_survey \
+	  --epsilon 4 --delta 1e-6 --renewal monthly
+	$(BIN)/python -m pipelines.release --config pipelines/configs/sample_survey.toml \
+	  --output out --overwrite --ledger $(LEDGER) --dataset sample_survey
+	$(BIN)/python -m pipelines.budget show --ledger $(LEDGER) --dataset sample_survey
 
 lint: $(STAMP)
 	$(BIN)/ruff check beam_dp pipelines tests benchmarks

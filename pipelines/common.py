@@ -56,6 +56,7 @@ from beam_dp.accounting import LedgerEntry, PrivacyBudget
 from beam_dp.errors import BeamDPError
 from beam_dp.io import ReadExport
 from beam_dp.io.outputs import write_outputs
+from beam_dp.ledger import LedgerError, Plan, Reservation, RunInfo, config_digest, open_ledger
 from beam_dp.release import Release, ledger_entries_to_record
 from pipelines.statistics import StatisticSpec, public_list, suggest_names
 
@@ -90,6 +91,7 @@ class _JobState:
     def reset(self, *, in_cli: bool = False) -> None:
         self.in_cli = in_cli
         self.phase = "prepare"  # "prepare" (parse and build), "run", then "write"
+        self.writing_outputs = False  # once True, a release may have escaped
         self.stages: frozenset[str] = frozenset()
         self.show_tracebacks = False
 
@@ -118,6 +120,20 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
             "Beam's logs and the traceback, which may quote record values. Default: one line "
             "naming the failed stage"
         ),
+    )
+    parser.add_argument(
+        "--ledger",
+        default=os.environ.get("BEAM_DP_LEDGER_URL"),
+        help="a persistent budget ledger (sqlite:///path/budget.db or postgresql://user@host/db; "
+        "default $BEAM_DP_LEDGER_URL): with --dataset, the job reserves its whole budget there "
+        "before reading any data, and fails at once if the dataset cannot afford it",
+    )
+    parser.add_argument("--dataset", help="the ledger's dataset (population) this job spends")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a release already in --output (recorded in the ledger; the earlier "
+        "run's spend stays spent)",
     )
 
 
@@ -317,6 +333,7 @@ def run_and_write(
     budget: PrivacyBudget,
     options: PipelineOptions,
     output: str,
+    ledger_record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the pipeline with ``build``, run it, record the releases, write the outputs.
 
@@ -328,6 +345,7 @@ def run_and_write(
     there is one (global) window.
     """
     _STATE.phase = "prepare"
+    _STATE.writing_outputs = False
     temp_root = options.get_all_options().get("temp_location") or tempfile.gettempdir()
     scratch = FileSystems.join(temp_root, f"beam_dp_releases_{uuid.uuid4().hex}")
     pipeline = beam.Pipeline(options=options)
@@ -381,7 +399,10 @@ def run_and_write(
     ]
     for entry in ledger_entries_to_record(releases):
         budget.record(entry)
-    document = {"releases": records, "budget": budget.to_json()}
+    document: dict[str, Any] = {"releases": records, "budget": budget.to_json()}
+    if ledger_record is not None:
+        document["budget"]["ledger"] = ledger_record
+    _STATE.writing_outputs = True
     write_outputs(document, output)
     return document
 
@@ -415,6 +436,27 @@ def _count_input_files(pattern: str) -> int:
     return found
 
 
+def _check_output(output: str, overwrite: bool) -> None:
+    """An output directory that holds a release is replaced only with --overwrite."""
+    if not overwrite and FileSystems.exists(FileSystems.join(output, "release.json")):
+        raise ValueError(
+            f"--output {output} already holds a release; give --overwrite to replace it (the "
+            "ledger records the overwrite, and the earlier run's spend stays spent)"
+        )
+
+
+def _reserve(
+    ledger: str | None, dataset: str | None, budget: PrivacyBudget, relation: str, run: RunInfo
+) -> Reservation | None:
+    """Reserve the final budget's whole spend in the ledger, before any data is read."""
+    if ledger is None and dataset is None:
+        return None
+    if ledger is None or dataset is None:
+        raise ValueError("give both --ledger URL and --dataset NAME, or neither")
+    with open_ledger(ledger) as opened:  # closed while the pipeline runs; commit reconnects
+        return opened.reserve(dataset, Plan.from_budget(budget, relation=relation), run)
+
+
 def run_statistics(
     specs: Sequence[StatisticSpec],
     *,
@@ -427,6 +469,11 @@ def run_statistics(
     options: PipelineOptions,
     output: str,
     record_level: bool = False,
+    ledger: str | None = None,
+    dataset: str | None = None,
+    overwrite: bool = False,
+    job: str = "pipelines",
+    config: str | None = None,
 ) -> dict[str, Any]:
     """Check every statistic, request every share, finalize the budget, then run.
 
@@ -437,6 +484,7 @@ def run_statistics(
     consumes the same batches. ``privacy_unit=None`` needs ``record_level=True``.
     """
     _check_privacy_unit(privacy_unit, record_level)
+    _check_output(output, overwrite)
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
     for spec in specs:
@@ -471,7 +519,32 @@ def run_statistics(
         rows = pipeline | "ReadExport" >> reader
         return [rows | spec.name >> transform for spec, transform in transforms]
 
-    return run_and_write(build, budget=budget, options=options, output=output)
+    run = RunInfo(job, config_digest(config) if config else "", details={"input": input_pattern})
+    reservation = _reserve(ledger, dataset, budget, relation, run)
+    if reservation is None:
+        return run_and_write(build, budget=budget, options=options, output=output)
+    try:
+        document = run_and_write(
+            build, budget=budget, options=options, output=output,
+            ledger_record=reservation.describe(),
+        )  # fmt: skip
+    except BaseException:
+        # Fail closed: the reservation goes back only when the job failed before the pipeline
+        # ran (parameters, files, the ledger itself). Once records were read, whether the job
+        # fails may depend on them (a bad record with on_bad_record=fail), and a refund would
+        # let such a one-bit leak repeat for free; a release may also have escaped while the
+        # outputs were written. If the ledger fails too, the charge stays.
+        with contextlib.suppress(LedgerError):
+            if _STATE.phase == "prepare":
+                reservation.release()
+            elif _STATE.writing_outputs:
+                reservation.abandon("the job failed while writing its outputs")
+            else:
+                reservation.abandon("the job failed after it began reading data")
+        raise
+    location = output if "://" in output else os.path.abspath(output)
+    reservation.commit(budget.ledger, location, overwrite=overwrite)
+    return document
 
 
 _STAGE = re.compile(r"\[while running '([^']*)'\]")
@@ -553,6 +626,10 @@ def run_single(
         budget=PrivacyBudget(args.epsilon, args.delta),
         options=options,
         output=args.output,
+        ledger=args.ledger,
+        dataset=args.dataset,
+        overwrite=args.overwrite,
+        job=spec.name,
     )
     print_summary(document)
     return document

@@ -146,6 +146,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         budget=budget,
         options=options,
         output=args.output,
+        ledger=args.ledger,
+        dataset=args.dataset,
+        overwrite=args.overwrite,
+        job="pipelines.release",
+        config=args.config,
     )
     print_summary(document)
     print(f"\nwrote {args.output}/release.json, release.avro and report.html")
