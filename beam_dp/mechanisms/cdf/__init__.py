@@ -1,0 +1,26 @@
+"""A private distribution of a column: exact KS synthetic samples on a public grid (seed 004).
+
+Public API:
+    sample_ks_synthetic, ks_pmf_bruteforce, ks_accuracy_bound, ks_deviation,
+    cumulative_counts_from_slots, KSMechanism, MAX_CELLS
+"""
+
+from beam_dp.mechanisms.cdf.ks import (
+    MAX_CELLS,
+    KSMechanism,
+    cumulative_counts_from_slots,
+    ks_accuracy_bound,
+    ks_deviation,
+    ks_pmf_bruteforce,
+    sample_ks_synthetic,
+)
+
+__all__ = [
+    "MAX_CELLS",
+    "KSMechanism",
+    "cumulative_counts_from_slots",
+    "ks_accuracy_bound",
+    "ks_deviation",
+    "ks_pmf_bruteforce",
+    "sample_ks_synthetic",
+]
