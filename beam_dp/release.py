@@ -136,32 +136,57 @@ def make_release(
 
 
 def ledger_entries_to_record(releases: Iterable[Release]) -> list[LedgerEntry]:
-    """The ledger entries that charge a budget for these releases (all of one window).
+    """The ledger entries that charge a budget for these releases.
 
     ``.Globally`` releases (and key selection) each cost their own entry. The per-key releases
     of one ``.PerKey`` transform cost as much as ``m`` of their entries, where
     ``m = contribution_bounds["max_keys_per_unit"]`` is the number of keys one unit can
-    influence (``m = 1``: parallel composition). Recording the returned entries with
-    ``PrivacyBudget.record`` charges exactly each transform's ε (and ρ).
+    influence (``m = 1``: parallel composition). Windows work the same way: a transform's
+    releases in several windows cost as much as ``W`` windows' worth, where
+    ``W = contribution_bounds["max_windows_per_unit"]`` is the number of windows the pipeline
+    lets one unit reach (each window's release runs at the share divided by ``W``). Recording
+    the returned entries with ``PrivacyBudget.record`` charges exactly each transform's ε (and
+    ρ).
 
     Raises:
-        ValueError: if the releases come from several windows (each window's releases are
-            private for that window's data and are accounted with their own budget).
+        ValueError: if one transform's releases come from several windows without a
+            ``max_windows_per_unit`` bound in their ledgers (nothing bounds what a unit spends
+            over the windows then).
     """
-    items = list(releases)
-    if len({release.window for release in items}) > 1:
-        raise ValueError(
-            "releases from several windows: record each window's releases against its own "
-            "budget (a window's release is private for that window's data)"
-        )
+    by_name: dict[str, dict[str | None, list[Release]]] = {}
+    for release in releases:
+        by_name.setdefault(release.ledger.name, {}).setdefault(release.window, []).append(release)
     entries: list[LedgerEntry] = []
-    per_key: dict[str, list[LedgerEntry]] = {}
-    for release in items:
+    for name, windows in by_name.items():
+        reach_windows = len(windows)
+        if reach_windows > 1:
+            bounds = [
+                release.ledger.contribution_bounds.get("max_windows_per_unit")
+                for group in windows.values()
+                for release in group
+            ]
+            known = [int(bound) for bound in bounds if bound is not None]
+            if len(known) < len(bounds):
+                raise ValueError(
+                    f"releases of {name!r} from several windows carry no 'max_windows_per_unit' "
+                    "bound: nothing limits what one unit spends over the windows"
+                )
+            reach_windows = min(reach_windows, *known)
+        for window in sorted(windows, key=lambda w: "" if w is None else w)[:reach_windows]:
+            entries.extend(_entries_of_one_window(windows[window]))
+    return entries
+
+
+def _entries_of_one_window(releases: list[Release]) -> list[LedgerEntry]:
+    """One transform's releases in one window: a per-key group costs ``m`` of its entries."""
+    entries: list[LedgerEntry] = []
+    per_key: list[LedgerEntry] = []
+    for release in releases:
         if release.key is None:
             entries.append(release.ledger)
         else:
-            per_key.setdefault(release.ledger.name, []).append(release.ledger)
-    for group in per_key.values():
-        reach = int(group[0].contribution_bounds.get("max_keys_per_unit", len(group)))
-        entries.extend(group[:reach])
+            per_key.append(release.ledger)
+    if per_key:
+        reach = int(per_key[0].contribution_bounds.get("max_keys_per_unit", len(per_key)))
+        entries.extend(per_key[:reach])
     return entries
