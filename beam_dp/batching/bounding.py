@@ -18,17 +18,20 @@ often as a value it holds once, as in a uniform sample of rows; a content hash a
 make identical rows tie and keep distinct values uniformly, which biases every statistic on
 data with repeated values. The choice is a function of the unit's own multiset of rows and
 the salt only: never of other units' rows, nor of the order of rows, batches or files.
-Privacy needs only the first part (any per-unit rule keeps the result a function of each
-unit's own data, and the sensitivity of every score is derived from the bounds); the rest is
-utility and reproducibility.
+Privacy needs only that the choice depends on no other unit (the sensitivity of every score
+is derived from the bounds); uniformity is for accuracy, independence of order for
+reproducible runs.
 
-**Cost.** One sort of one 64-bit key per stage: rows are sorted by a key whose high 32 bits
-come from the group (unit, key) and whose low 32 bits from the row's content hash, which
+**Cost.** Sampling rows within groups (the row bound, and distinct candidates when rows
+carry values) sorts one 64-bit key whose high 32 bits come from the group (unit, key) and
+whose low 32 bits from the row's content hash, which
 brings each group's rows together and identical rows next to each other. The rare buckets
-where two groups, or two different contents, share those bits are re-sorted exactly by
-their columns. With a bound of 1 the lowest priority per group is then found in linear
-time; larger bounds sort once more, only the rows of groups that exceed the bound. If no
-group exceeds its bound, the batch is returned as it is.
+where two groups, or two different content hashes, share those bits are re-sorted exactly
+(by the group's columns and the full content hash). Rows are identical when their 64-bit
+content hashes are equal (two different rows collide with probability about 2**-64 and are
+then sampled as copies: still uniformly). With a bound of 1 the lowest priority per group
+is then found in linear time; larger bounds sort once more, only the rows of groups that
+exceed the bound. If no group exceeds its bound, the batch is returned as it is.
 """
 
 from __future__ import annotations
@@ -134,66 +137,65 @@ def _differs(columns: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.bool_]:
 
 
 def _sort_groups(
-    group: Sequence[npt.NDArray[Any]], content: Sequence[npt.NDArray[Any]], h: U64
-) -> tuple[Index, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    group: Sequence[npt.NDArray[Any]], h: U64
+) -> tuple[Index, U64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """An order that brings each group together and, inside it, identical rows together.
 
-    One sort of one 64-bit key (group hash's high half, content hash's high half); the
-    buckets where that key does not separate two groups or two contents are re-sorted
-    exactly. Returns the order and, in that order, where groups and runs of identical rows
-    start (``run`` starts include group starts).
+    One sort of one 64-bit key (the group hash's high half, the content hash's high half);
+    the buckets where that key does not separate two groups or two content hashes are
+    re-sorted exactly. Returns the order, ``h`` in that order, and where groups and runs of
+    rows with equal ``h`` start (run starts include group starts).
     """
     key = (_group_hash(group) & _HIGH) | (h >> _LOW32)
     order: Index = np.argsort(key)
-    sorted_key = key[order]
     group_sorted = [column[order] for column in group]
-    content_sorted = [column[order] for column in (*content, h)]
+    h_sorted: U64 = h[order]
+    high = (
+        group_sorted[0] if len(group) == 1 else _group_hash(group_sorted)
+    ) >> _LOW32  # each row's bucket, without gathering the key
+    same_bucket = high[1:] == high[:-1]
     new_group = _differs(group_sorted)
-    new_content = _differs(content_sorted)
-    same_bucket = (sorted_key[1:] >> _LOW32) == (sorted_key[:-1] >> _LOW32)
-    conflict = (same_bucket & new_group) | ((sorted_key[1:] == sorted_key[:-1]) & new_content)
+    new_content = h_sorted[1:] != h_sorted[:-1]
+    same_key = same_bucket & ((h_sorted[1:] >> _LOW32) == (h_sorted[:-1] >> _LOW32))
+    conflict = (same_bucket & new_group) | (same_key & new_content)
     if conflict.any():
         bucket = np.concatenate(([0], np.cumsum(~same_bucket)))
         flagged = np.zeros(int(bucket[-1]) + 1, dtype=bool)
         flagged[bucket[1:][conflict]] = True
         rows = np.flatnonzero(flagged[bucket])
         # lexsort: last key first; the bucket keeps these rows inside their bucket's range
-        keys = [c[rows] for c in reversed(content_sorted)]
-        keys += [c[rows] for c in reversed(group_sorted)] + [bucket[rows]]
+        keys = [h_sorted[rows], *(c[rows] for c in reversed(group_sorted)), bucket[rows]]
         within = np.lexsort(keys)
         order[rows] = order[rows][within]
-        for column in (*group_sorted, *content_sorted):
+        for column in (*group_sorted, h_sorted):
             column[rows] = column[rows][within]
         new_group = _differs(group_sorted)
-        new_content = _differs(content_sorted)
+        new_content = h_sorted[1:] != h_sorted[:-1]
     group_starts = np.concatenate(([True], new_group))
     run_starts = group_starts | np.concatenate(([True], new_content))
-    return order, group_starts, run_starts
+    return order, h_sorted, group_starts, run_starts
 
 
-def _sample_groups(
-    group: Sequence[npt.NDArray[Any]],
-    content: Sequence[npt.NDArray[Any]],
-    h: U64,
-    bound: int,
-) -> Index | None:
+def _sample_groups(group: Sequence[npt.NDArray[Any]], h: U64, bound: int) -> Index | None:
     """Rows kept by a uniform sample of ``bound`` rows of every group (``None``: all rows).
 
     Args:
         group: columns whose equal values form a group (the first is the unit hash).
-        content: the other columns that tell rows apart.
-        h: a salted hash of each row's content (equal for identical rows).
+        h: a salted hash of each row's content. Rows with equal ``h`` in a group are copies
+            of one row (for distinct rows, a 64-bit collision, so about 2**-64 per pair: they
+            are then still sampled uniformly, as copies).
         bound: how many rows each group keeps.
     """
     n = h.size
-    order, group_starts, run_starts = _sort_groups(group, content, h)
+    order, h_sorted, group_starts, run_starts = _sort_groups(group, h)
     starts = np.flatnonzero(group_starts)
-    if int(np.diff(np.append(starts, n)).max()) <= bound:
+    sizes = np.diff(np.append(starts, n))
+    if int(sizes.max()) <= bound:
         return None
     positions = np.arange(n)
     copy = positions - np.maximum.accumulate(np.where(run_starts, positions, 0))
     with np.errstate(over="ignore"):
-        priority = _mix(h[order] ^ (copy.astype(np.uint64) * _ODD[1]))
+        priority = _mix(h_sorted ^ (copy.astype(np.uint64) * _ODD[1]))
     group_id = np.cumsum(group_starts) - 1
     if bound == 1:
         lowest = np.minimum.reduceat(priority, starts)
@@ -201,7 +203,6 @@ def _sample_groups(
         first = np.concatenate(([True], group_id[hits][1:] != group_id[hits][:-1]))
         kept: Index = order[hits[first]]
         return kept
-    sizes = np.diff(np.append(starts, n))
     over = (sizes > bound)[group_id]
     rows = np.flatnonzero(over)
     dense = np.cumsum(np.concatenate(([True], group_id[rows][1:] != group_id[rows][:-1]))) - 1
@@ -265,7 +266,7 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
         if VALUE in batch:
             # one row per (unit, key, candidate), uniform over that triple's rows
             h = _row_hash(batch, salt64 ^ _DISTINCT_SALT)
-            chosen = _sample_groups([unit, key, batch[CANDIDATE]], [batch[VALUE]], h, 1)
+            chosen = _sample_groups([unit, key, batch[CANDIDATE]], h, 1)
             keep = keep if chosen is None else np.sort(chosen)
         else:
             # rows with equal (unit, key, candidate) are identical: any one will do. Arrow's
@@ -291,9 +292,8 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
     if bounds.max_contributions_per_unit is not None and keep.size:
         sub = take(batch, keep)
         group = [sub[UNIT], sub[KEY]] if KEY in sub else [sub[UNIT]]
-        content = [sub[name] for name in (CANDIDATE, VALUE) if name in sub]
         chosen = _sample_groups(
-            group, content, _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)
+            group, _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)
         )
         if chosen is not None:
             keep = keep[chosen]

@@ -228,7 +228,7 @@ def test_sampling_is_exact_when_groups_and_contents_share_sort_buckets(
     bounding._MAX_GROUP_BITS = 0 if lexsort else saved
     try:
         group = [units, keys] if with_keys else [units]
-        chosen = bounding._sample_groups(group, [contents], h, bound)
+        chosen = bounding._sample_groups(group, h, bound)
     finally:
         bounding._MAX_GROUP_BITS = saved
     indices = np.arange(len(rows)) if chosen is None else chosen
