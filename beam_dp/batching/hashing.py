@@ -87,8 +87,9 @@ def canonical_id_text(value: Any) -> str | None:
 
     Returns:
         ``str(int)`` for integers, integral decimals and whole floats in the int64 range; the
-        text itself for ``str``; the decoded text for bytes that are valid UTF-8; ``None`` for
-        nulls and every bad identifier (so that it becomes a null, which is a bad record).
+        text itself for ``str`` (``None`` if it has no UTF-8 form: a lone surrogate); the
+        decoded text for bytes that are valid UTF-8; ``None`` for nulls and every bad
+        identifier (so that it becomes a null, which is a bad record).
     """
     if value is None or isinstance(value, (bool, np.bool_)):
         return None
@@ -104,13 +105,22 @@ def canonical_id_text(value: Any) -> str | None:
             return str(int(value))
         return None
     if isinstance(value, str):
-        return value
+        return value if value.isascii() or _is_utf8(value) else None
     if isinstance(value, (bytes, bytearray, memoryview)):
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             return None
     return None
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` has a UTF-8 form (a lone surrogate, from JSON's ``"\\ud800"``, has not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _offsets_and_data(array: pa.Array) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:

@@ -191,6 +191,8 @@ def test_canonical_id_text_rules() -> None:
     assert canonical_id_text("042") == "042" and canonical_id_text(b"abc") == "abc"
     for bad in (None, True, np.bool_(False), 1.5, math.nan, math.inf, 1e19, b"\xff", [1], {}):
         assert canonical_id_text(bad) is None, bad
+    assert canonical_id_text("\ud800") is None  # no UTF-8 form: a bad identifier
+    assert _one(["\ud800", "ok"]) == [None, _one(["ok"])[0]]
     assert canonical_id_text(decimal.Decimal("1.5")) is None
     assert canonical_id_text(decimal.Decimal("NaN")) is None
 

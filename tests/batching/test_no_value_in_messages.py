@@ -69,6 +69,7 @@ def _shapes() -> Iterator[tuple[str, Any, dict[str, Any]]]:
         ],
         everything,
     )
+    yield "rows: lone surrogates", [{"u": "\ud800" + s, "v": "\udfff" + s}], unit_value
     yield "rows: missing fields", [{"u": s}, {"v": i, "c": s}], everything
     yield "rows: not mappings", [{"u": s}, s], unit_value
     yield "columns of unequal length", {"u": [s, s], "v": [i]}, unit_value
