@@ -123,7 +123,7 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ledger",
-        default=os.environ.get("BEAM_DP_LEDGER_URL"),
+        default=os.environ.get("BEAM_DP_LEDGER_URL") or None,
         help="a persistent budget ledger (sqlite:///path/budget.db or postgresql://user@host/db; "
         "default $BEAM_DP_LEDGER_URL): with --dataset, the job reserves its whole budget there "
         "before reading any data, and fails at once if the dataset cannot afford it",
@@ -352,8 +352,8 @@ def run_and_write(
     outputs = build(pipeline)
     _ = (
         tuple(outputs)
-        | "AllReleases" >> beam.Flatten()
-        | "Collect" >> beam.ParDo(_WriteRelease(scratch))
+        | _ALL_RELEASES >> beam.Flatten()
+        | _COLLECT >> beam.ParDo(_WriteRelease(scratch))
     )
     stages = _Stages()
     pipeline.visit(stages)
@@ -436,6 +436,10 @@ def _count_input_files(pattern: str) -> int:
     return found
 
 
+_READ_EXPORT, _ALL_RELEASES, _COLLECT = "ReadExport", "AllReleases", "Collect"
+_JOB_STAGES = (_READ_EXPORT, _ALL_RELEASES, _COLLECT)  # a statistic may not take these names
+
+
 def _check_output(output: str, overwrite: bool) -> None:
     """An output directory that holds a release is replaced only with --overwrite."""
     if not overwrite and FileSystems.exists(FileSystems.join(output, "release.json")):
@@ -484,6 +488,14 @@ def run_statistics(
     consumes the same batches. ``privacy_unit=None`` needs ``record_level=True``.
     """
     _check_privacy_unit(privacy_unit, record_level)
+    if (ledger is None) != (dataset is None):
+        raise ValueError("give both --ledger URL and --dataset NAME, or neither")
+    reserved_names = sorted({spec.name for spec in specs} & set(_JOB_STAGES))
+    if reserved_names:
+        raise ValueError(
+            f"statistic name {reserved_names[0]!r} is taken by a stage of the job "
+            f"({', '.join(_JOB_STAGES)}); choose another name"
+        )
     _check_output(output, overwrite)
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
@@ -516,7 +528,7 @@ def run_statistics(
     _LOG.info("input: %s (%d file(s))", input_pattern, files)
 
     def build(pipeline: beam.Pipeline) -> list[PCollection]:
-        rows = pipeline | "ReadExport" >> reader
+        rows = pipeline | _READ_EXPORT >> reader
         return [rows | spec.name >> transform for spec, transform in transforms]
 
     run = RunInfo(job, config_digest(config) if config else "", details={"input": input_pattern})

@@ -377,11 +377,6 @@ def test_a_corrupt_ledger_stops_the_job_before_any_data_is_read(
     assert path.read_bytes() == before, "a job changed a ledger it could not read"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: run_statistics checks the --ledger/--dataset pair only in _reserve, after "
-    "listing the input, so a missing input hides the flag error",
-)
 def test_the_ledger_flag_pair_is_checked_before_the_input_is_listed(tmp_path: Path) -> None:
     argv = _election(str(tmp_path / "missing-*.csv"), tmp_path / "out", "0.6",
                      "--ledger", f"sqlite://{tmp_path / 'budget.db'}")  # fmt: skip
@@ -389,11 +384,6 @@ def test_the_ledger_flag_pair_is_checked_before_the_input_is_listed(tmp_path: Pa
         election.run(argv)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect: a statistic named like a job stage (ReadExport, AllReleases, Collect) "
-    "fails as Beam's RuntimeError when the pipeline is built, after the reservation",
-)
 def test_a_statistic_named_like_a_job_stage_is_refused_before_the_reservation(
     tmp_path: Path, export: str
 ) -> None:
