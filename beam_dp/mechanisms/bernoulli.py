@@ -118,32 +118,51 @@ def _stage_table(gamma: Fraction) -> tuple[npt.NDArray[np.int8], BoolArray]:
 
 
 def _count_below_exact(gamma: Fraction, prefix: int, bits: int, source: RandomSource) -> int:
-    """#{k >= 1 : U < gamma**k / k!} for U uniform given its first ``bits`` bits ``prefix``.
+    """#{k >= 1 : U < t_k}, ``t_k = gamma**k / k!``, for U uniform given its first ``bits`` bits.
 
-    The last, exact resort (reached with probability about 2**-64 per coin): more bits of U
-    are drawn until every threshold is decided.
+    The last, exact resort (reached with probability about 2**-64 per coin). U is known to lie
+    in ``[low, high)`` with ``low = prefix / 2**bits`` and ``high = low + 2**-bits``; a
+    threshold ``t`` is *decided* when ``t >= high`` (then ``U < t``) or ``t <= low`` (then
+    ``U >= t``). For ``0 < gamma <= 1`` the thresholds strictly decrease,
+    ``t_{k+1} = t_k gamma / (k + 1) <= t_k / 2``, and ``t_k <= 1/k! <= 2**(1-k)``.
+
+    * Inner loop: count the thresholds ``t_k >= high`` in order and stop at the first one below
+      ``high``. It ends, after at most ``b + 2`` steps when ``high >= 2**-b``, because
+      ``t_k <= 2**(1-k) < high`` for ``k > b + 1``. If that first threshold is ``<= low``,
+      it and every later (smaller) one are ``<= U``: the count is complete and exact. This
+      also covers ``prefix == 0``, where ``low == 0`` and infinitely many thresholds lie in
+      ``(low, high)``: the loop never looks past the first undecided one.
+    * Outer loop: otherwise that threshold lies strictly inside ``(low, high)``, and 64 more
+      bits of U are drawn, which picks one of the 2**64 equal subintervals uniformly (and
+      shrinks ``high``, so thresholds already counted stay decided). The next pass fails to
+      decide only if the chosen subinterval has a threshold strictly inside it. Each threshold
+      is inside at most one subinterval; at most ``b' + 1`` thresholds are ``>= 2**-b'``
+      (``b'`` the number of bits after drawing), and the smaller ones can only be inside the
+      first subinterval (when ``low == 0``). So each refinement decides with probability at
+      least ``1 - (b' + 2) 2**-64`` (``b' = 128`` on the first one from ``bits = 64``), and
+      the probability of ``r`` refinements is at most the product of these failure terms,
+      which tends to 0: the loop ends with probability 1, after one refinement in all but a
+      ``2**-56`` fraction of the calls.
+
+    The law is exact: the result is a function of the bits of U drawn so far, and it is
+    returned only once those bits decide every comparison ``U < t_k``.
     """
+    if not 0 < gamma <= 1:
+        raise ValueError(f"'gamma' must be in (0, 1]; received {gamma}")
     low = Fraction(prefix, 1 << bits)
     width = Fraction(1, 1 << bits)
+    count, k, t = 0, 1, gamma  # t is t_k, the first threshold not yet counted
     while True:
         high = low + width
-        count = 0
-        undecided = False
-        t = Fraction(1)
-        k = 1
-        while True:
-            t = t * gamma / k
-            if t < low:
-                break  # every later threshold is smaller still: U is above all of them
-            if t >= high:
-                count += 1
-            else:
-                undecided = True
+        while t >= high:  # U < t for sure
+            count += 1
             k += 1
-        if not undecided:
+            t = t * gamma / k
+        if t <= low:  # U >= t, and every later threshold is smaller still
             return count
-        width = width / (1 << 64)
-        low = low + int(source.words64(1)[0]) * width
+        # low < t < high: t is undecided. Draw 64 more bits of U.
+        width /= 1 << 64
+        low += int(source.words64(1)[0]) * width
 
 
 def _bernoulli_exp_at_most_one(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:

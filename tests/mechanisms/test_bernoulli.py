@@ -132,3 +132,116 @@ def test_zero_first_digit_reaches_the_tiny_thresholds() -> None:
     n = 60_000
     successes = round(_forced_frequency(Fraction(1), 0, n) * n)
     assert stats.binomtest(successes, n, p_even).pvalue > FPR
+
+
+# --- the exact resort: a 64-bit prefix that decides nothing ------------------------------------
+
+# The shapes callers pass: 1 (the whole part of gamma), fractional parts with small and with
+# binary (float-derived) denominators, tiny and near-1 values, and c * 2**j of the multiples.
+_GAMMAS = [
+    Fraction(1),
+    Fraction(1, 3),
+    Fraction(0.4),
+    Fraction(3, 5),
+    Fraction(999_999, 1_000_000),
+    Fraction(1, 10**6),
+    Fraction(123_456_789, 2**40),
+]
+
+
+def _threshold(gamma: Fraction, k: int) -> Fraction:
+    return gamma**k / math.factorial(k)
+
+
+class _Words64(RandomSource):
+    """64-bit words from a script: ``top`` fixes the first word's high 12 bits (the rest of it
+    and every later word are random), or ``words`` gives the words themselves, in order."""
+
+    secure = False
+
+    def __init__(self, top: int | None = None, words: list[int] | None = None):
+        self._top = top
+        self._words = list(words or [])
+        self._secure = SecureRandom()
+        self.drawn = 0
+
+    def random_bytes(self, n: int) -> bytes:
+        assert n == 8, "the exact resort draws one 64-bit word at a time"
+        self.drawn += 1
+        if self._words:
+            word = self._words.pop(0)
+        else:
+            word = int(self._secure.words64(1)[0])
+            if self._top is not None and self.drawn == 1:
+                word = (self._top << 52) | (word & ((1 << 52) - 1))
+        return word.to_bytes(8, "little")
+
+
+@pytest.mark.parametrize("gamma", _GAMMAS)
+def test_zero_prefix_returns_with_the_exact_conditional_law(gamma: Fraction) -> None:
+    # Given 64 zero bits, U is uniform on [0, 2**-64); with the next word's top 12 bits h it
+    # is uniform on [h, h + 1) * 2**-76, so P[count >= j | h] = clamp(t_j 2**76 - h, 0, 1).
+    # Over the 4096 values of h, #{h : count >= j} is therefore floor(x) or floor(x) + 1 for
+    # x = min(t_j 2**76, 4096): only the h whose cell holds t_j is random. (The old code never
+    # returned here: with low == 0 its inner loop never found a threshold below low.)
+    from beam_dp.mechanisms.bernoulli import _count_below_exact
+
+    counts = [_count_below_exact(gamma, 0, 64, _Words64(top=h)) for h in range(4096)]
+    always = max(j for j in range(1, 200) if _threshold(gamma, j) >= Fraction(1, 2**64))
+    assert min(counts) >= always  # every t_j >= 2**-64 is above U
+    for j in range(always + 1, max(counts) + 2):
+        x = min(_threshold(gamma, j) * 2**76, Fraction(4096))
+        reached = sum(count >= j for count in counts)
+        assert math.floor(x) <= reached <= math.floor(x) + 1, (j, reached, float(x))
+
+
+@pytest.mark.parametrize("gamma", [Fraction(1), Fraction(1, 3), Fraction(1, 10**6)])
+def test_zero_prefix_refines_until_the_threshold_is_decided(gamma: Fraction) -> None:
+    # Put the first undecided threshold t_j inside the first refinement's cell: the function
+    # must draw a second word, and that word alone decides which side of t_j U falls on.
+    from beam_dp.mechanisms.bernoulli import _count_below_exact
+
+    j = max(k for k in range(1, 200) if _threshold(gamma, k) >= Fraction(1, 2**64)) + 1
+    cell = math.floor(_threshold(gamma, j) * 2**128)  # t_j lies inside [cell, cell + 1) 2**-128
+    below = _Words64(words=[cell, 0])  # U just above cell * 2**-128 < t_j
+    above = _Words64(words=[cell, 2**64 - 1])  # U just below (cell + 1) * 2**-128 > t_j
+    assert _count_below_exact(gamma, 0, 64, below) >= j and below.drawn == 2
+    assert _count_below_exact(gamma, 0, 64, above) == j - 1 and above.drawn == 2
+    # A cell with no threshold inside is decided by one word.
+    quiet = _Words64(words=[cell + 2**40])
+    assert _count_below_exact(gamma, 0, 64, quiet) == j - 1 and quiet.drawn == 1
+
+
+class _ZeroPrefix(RandomSource):
+    """The first four 16-bit words of every lane are 0 (a 64-bit prefix of zeros)."""
+
+    secure = False
+
+    def __init__(self) -> None:
+        self._zero_calls = 4
+        self._secure = SecureRandom()
+
+    def random_bytes(self, n: int) -> bytes:
+        if self._zero_calls:
+            self._zero_calls -= 1
+            return bytes(n)
+        return self._secure.random_bytes(n)
+
+
+@pytest.mark.parametrize("gamma", [Fraction(1), Fraction(1, 3)])
+def test_coins_with_a_zero_64_bit_prefix_follow_the_exact_law(gamma: Fraction) -> None:
+    # Through the caller: every lane sees 64 zero bits, reaches the exact resort and returns.
+    # Given U < 2**-64 the coin is [count even] with P[count >= j] = min(1, t_j 2**64).
+    tail = [min(Fraction(1), _threshold(gamma, j) * 2**64) for j in range(0, 60)] + [Fraction(0)]
+    p_even = float(sum(tail[i] - tail[i + 1] for i in range(0, 60, 2)))
+    n = 6_000
+    successes = int(bernoulli_exp(gamma, n, _ZeroPrefix()).sum())
+    assert stats.binomtest(successes, n, p_even).pvalue > FPR
+
+
+def test_exact_resort_refuses_gamma_outside_its_range() -> None:
+    from beam_dp.mechanisms.bernoulli import _count_below_exact
+
+    for gamma in (Fraction(0), Fraction(3, 2)):
+        with pytest.raises(ValueError, match="'gamma'"):
+            _count_below_exact(gamma, 0, 64, SecureRandom())
