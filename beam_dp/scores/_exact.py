@@ -1,7 +1,15 @@
-"""Exact rational helpers shared by the scores (no float arithmetic that can round).
+"""Exact rational helpers shared by the scores and summaries (no float arithmetic that rounds).
 
 Everything here either returns exact rationals (``Fraction``, Python ``int``) or floats chosen so
 that a float comparison answers an exact rational question.
+
+**What is a data value** (one rule for every statistic, :func:`finite_values`): NaN, ``+inf``
+and ``-inf`` are not data. The pure layers drop them (the mean's :class:`~beam_dp.scores.MeanScore`
+and :class:`~beam_dp.summaries.histogram.ExactSum`, the quantile grid's
+:meth:`~beam_dp.summaries.histogram.Grid.prepare`), exactly as the pipeline's encoder treats a
+NaN, null or infinite value as a bad record (dropped with ``on_bad_record="skip"``, an error
+with ``"fail"``). Every finite value is then clamped to the statistic's public bounds. Neither
+how many values were dropped nor how many were clamped is released.
 """
 
 from __future__ import annotations
@@ -37,12 +45,52 @@ def check_fits_int64(bound: int, what: str) -> None:
 
 
 def as_float_array(values: npt.ArrayLike, name: str) -> npt.NDArray[np.float64]:
-    """Return ``values`` as a one-dimensional float64 array (a copy the caller may modify)."""
+    """Return ``values`` as a one-dimensional float64 array (a copy the caller may modify).
+
+    Raises:
+        TypeError: if a value is not a real number. The message names ``name`` and the rule
+            only; numpy's own message (which quotes the value) is not chained.
+    """
+    array = _float_array_or_none(values)
+    if array is None:
+        raise TypeError(f"'{name}' must be an array of real numbers")
+    return array.ravel()
+
+
+def _float_array_or_none(values: npt.ArrayLike) -> npt.NDArray[np.float64] | None:
+    # The conversion error is swallowed here so that the caller raises outside the ``except``
+    # block: no context that quotes a value is attached to the error it raises.
     try:
-        array = np.array(values, dtype=np.float64).ravel()
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"'{name}' must be an array of real numbers") from error
-    return array
+        return np.array(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def finite_values(values: npt.ArrayLike, name: str = "values") -> npt.NDArray[np.float64]:
+    """The data values of ``values``: a float64 array with NaN, ``+inf`` and ``-inf`` dropped.
+
+    The one rule for values that are not data, used by every statistic (see the module
+    docstring). Dropping is a public rule applied to each value on its own, so it keeps every
+    sensitivity: under add/remove a dropped value is an absent one, and under replace a value
+    changed into NaN is a value removed, which the replace sensitivities cover (a removal moves
+    a score no more than a change does).
+
+    Args:
+        values: real numbers (anything numpy turns into float64).
+        name: the parameter named in the error.
+
+    Returns:
+        A new one-dimensional float64 array holding the finite values, in order.
+
+    Raises:
+        TypeError: if a value is not a real number (the message never shows it).
+    """
+    array = as_float_array(values, name)
+    finite = np.isfinite(array)
+    if finite.all():
+        return array
+    kept: npt.NDArray[np.float64] = array[finite]
+    return kept
 
 
 def as_index_array(values: npt.ArrayLike, name: str, size: int) -> npt.NDArray[np.int64]:
@@ -144,8 +192,12 @@ def exact_float_sum(values: npt.NDArray[np.float64]) -> Fraction:
     """The exact rational sum of finite floats (vectorised; no rounding anywhere).
 
     Each float is ``mantissa * 2**exponent`` with an integer mantissa below ``2**53``; mantissas
-    are summed per exponent in int64 (split in two halves so that no sum overflows) and the
-    per-exponent sums are combined with Python integers.
+    are summed per exponent in int64 (split in two halves so that no sum of up to ``2**36``
+    values overflows) and the per-exponent sums are combined with Python integers. The result's
+    denominator is a power of two, at most ``2**1126`` (the smallest subnormal is ``2**-1074``).
+
+    Callers apply :func:`finite_values` first (the one rule for NaN and infinities); a
+    non-finite value here is a programming error.
     """
     if values.size == 0:
         return Fraction(0)
@@ -172,10 +224,9 @@ def float_tuple(values: Any, name: str) -> tuple[float, ...]:
     """Validate a public grid: non-empty, finite, strictly increasing floats."""
     if isinstance(values, (str, bytes)):
         raise TypeError(f"'{name}' must be a sequence of real numbers")
-    try:
-        array = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"'{name}' must be a sequence of real numbers") from error
+    array = _float_array_or_none(values)
+    if array is None:
+        raise TypeError(f"'{name}' must be a sequence of real numbers")
     if array.ndim != 1:
         raise ValueError(f"'{name}' must be one-dimensional; received shape {array.shape}")
     if array.size == 0:

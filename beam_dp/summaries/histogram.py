@@ -16,8 +16,10 @@ array over the slots (or, while few slots are occupied, the same counts stored s
 memory is O(grid) whatever the number of rows, and the result is the same on one core or a
 thousand.
 
-**Public input rule** (:meth:`Grid.prepare`): NaN values are dropped; every other value is
-clamped to ``[lower, upper]`` (so ``-inf`` counts as ``lower`` and ``+inf`` as ``upper``). With
+**Public input rule** (:meth:`Grid.prepare`, and :class:`ExactSum` for the mean): NaN, ``+inf``
+and ``-inf`` are not data and are dropped (the one rule of every statistic,
+:func:`beam_dp.scores._exact.finite_values`, as the pipeline's encoder drops such records);
+every other value is clamped to ``[lower, upper]``. With
 the grids made by :meth:`Grid.uniform` and :meth:`Grid.log`, ``r_0 == lower`` and
 ``r_{d-1} == upper``, so the underflow and overflow slots stay empty; they are used by grids
 that cover only part of ``[lower, upper]`` (explicit points, the refined grids of the
@@ -29,7 +31,7 @@ guess is off), never per row in Python. Float comparisons are exact, so the slot
 is exactly its position relative to the float grid points.
 
 The mean uses :class:`ExactSum`, an exact mergeable sum of clamped values (integers over
-``2**-1127``, so no rounding anywhere).
+``2**-1127``, so no rounding anywhere), built on the scores' exact float sum.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from beam_dp.scores._exact import exact_float_sum, finite_values
 
 __all__ = [
     "GRID_KINDS",
@@ -283,13 +287,14 @@ class Grid:
     # ------------------------------------------------------------------------ slots
 
     def prepare(self, values: npt.ArrayLike) -> FloatArray:
-        """Apply the public input rule: drop NaN, clamp the rest to ``[lower, upper]``."""
-        data = np.asarray(values, dtype=np.float64).ravel()
-        nan = np.isnan(data)
-        if nan.any():
-            data = data[~nan]
-        clamped: FloatArray = np.clip(data, self._lower, self._upper)
-        return clamped
+        """Apply the public input rule: drop NaN and infinities, clamp the rest to the bounds.
+
+        Raises:
+            TypeError: if a value is not a real number (the message never shows it).
+        """
+        data = finite_values(values, "values")
+        np.clip(data, self._lower, self._upper, out=data)
+        return data
 
     def _positions(self, data: FloatArray) -> IntArray:
         """``#(points <= x)`` for every value (exact)."""
@@ -316,7 +321,7 @@ class Grid:
         return right
 
     def slots_of_prepared(self, data: FloatArray) -> IntArray:
-        """Slot of each value of ``data`` (no NaN; values off the grid go to under/overflow)."""
+        """Slot of each value of ``data`` (finite; values off the grid go to under/overflow)."""
         if data.size == 0:
             return np.zeros(0, dtype=np.int64)
         right = self._positions(data)
@@ -366,7 +371,7 @@ class Grid:
         return slots
 
     def slots(self, values: npt.ArrayLike) -> IntArray:
-        """Slots of ``values`` after the public input rule (NaN dropped, clamped)."""
+        """Slots of ``values`` after the public input rule (NaN and infinities dropped, clamped)."""
         data = self.prepare(values)
         if data.size == 0:
             return np.zeros(0, dtype=np.int64)
@@ -566,22 +571,22 @@ def less_greater(counts: npt.ArrayLike) -> tuple[IntArray, IntArray]:
     return less, greater
 
 
-_MANTISSA_BITS = 53
-_HALF = 26
-_HALF_MASK = (1 << _HALF) - 1
-# Every finite float64 is mantissa * 2**(e - 53) with frexp's e >= -1073; measuring sums in
-# units of 2**-1127 keeps every shift non-negative (subnormals included).
-_MIN_EXPONENT = -1127
+# Every finite float64 is an integer multiple of 2**-1074 (the smallest subnormal); measuring
+# sums in units of 2**-1127 keeps the scaled sum an integer with room to spare.
+_SCALE_BITS = 1127
 
 
 class ExactSum:
     """The exact sum and count of values after the public input rule; mergeable.
 
     The sum is held as a Python integer multiple of ``2**-1127`` (every finite float is one),
-    so adding, merging and reading never round. Per batch it is computed with numpy: values
-    are split into mantissa and exponent, mantissas summed per exponent in int64 halves.
+    so adding, merging and reading never round. Per batch it is computed with numpy by
+    :func:`beam_dp.scores._exact.exact_float_sum` (mantissas summed per exponent in int64
+    halves), the same exact sum that :class:`~beam_dp.scores.MeanScore` uses.
 
-    Input rule (as :meth:`Grid.prepare`): NaN dropped, others clamped to ``[lower, upper]``.
+    Input rule (as :meth:`Grid.prepare`): NaN and infinities dropped, others clamped to
+    ``[lower, upper]``. ``count`` is the number of values kept; it is private and never
+    released (see :class:`~beam_dp.scores.MeanScore` for how the mean uses it).
     """
 
     __slots__ = ("count", "lower", "scaled_sum", "upper")
@@ -592,25 +597,13 @@ class ExactSum:
         self.count = 0
 
     def add(self, values: npt.ArrayLike) -> ExactSum:
-        """Add values (NaN dropped, others clamped); returns ``self``."""
-        data = np.asarray(values, dtype=np.float64).ravel()
-        data = data[~np.isnan(data)]
+        """Add values (NaN and infinities dropped, others clamped); returns ``self``."""
+        data = finite_values(values, "values")
         if data.size == 0:
             return self
-        data = np.clip(data, self.lower, self.upper)
-        fractions, exponents = np.frexp(data)
-        mantissas = np.ldexp(fractions, _MANTISSA_BITS).astype(np.int64)  # exact
-        shifts = exponents.astype(np.int64) - _MANTISSA_BITS - _MIN_EXPONENT  # >= 0
-        unique, inverse = np.unique(shifts, return_inverse=True)
-        inverse = inverse.ravel()
-        high = np.zeros(unique.size, dtype=np.int64)
-        low = np.zeros(unique.size, dtype=np.int64)
-        np.add.at(high, inverse, mantissas >> _HALF)  # |high| < 2**27: sums fit for 2**36 rows
-        np.add.at(low, inverse, mantissas & _HALF_MASK)
-        total = 0
-        for shift, h, lo in zip(unique.tolist(), high.tolist(), low.tolist(), strict=True):
-            total += ((h << _HALF) + lo) << shift
-        self.scaled_sum += total
+        np.clip(data, self.lower, self.upper, out=data)
+        total = exact_float_sum(data)  # its denominator is a power of two <= 2**1126
+        self.scaled_sum += total.numerator * ((1 << _SCALE_BITS) // total.denominator)
         self.count += int(data.size)
         return self
 
@@ -627,7 +620,7 @@ class ExactSum:
     @property
     def total(self) -> Fraction:
         """The exact sum of the clamped values."""
-        return Fraction(self.scaled_sum, 1 << -_MIN_EXPONENT)
+        return Fraction(self.scaled_sum, 1 << _SCALE_BITS)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExactSum):

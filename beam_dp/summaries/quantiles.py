@@ -82,7 +82,10 @@ half the failure probability); ``fine_rank_error`` is the second pass's alone.
 Mean
 ----
 ``replace`` (``n`` public): :class:`~beam_dp.scores.MeanScore`'s exact integer scores of
-``-|mean(x) - r|`` (seed 004), sensitivity ``k (upper - lower) / n``. ``add_remove``: the mean
+``-|T(x) - r|`` (seed 004) with ``T`` the centred sum over the public ``n``,
+``T = mid + sum_i (x_i - mid) / n`` (``mid`` the middle of ``[lower, upper]``, clamped to it),
+which is the mean when ``n`` values are kept and is defined whatever the count (so the release
+never fails on the data); sensitivity ``k (upper - lower) / n``. ``add_remove``: the mean
 is the root of ``S(r) = sum_i (x_i - r)``; its utility ``-|S(r)| = -|sum(x) - N r|`` needs no
 public ``N``: adding or removing one value ``x`` moves ``S(r)`` by ``x - r``, at most
 ``upper - lower`` since ``r`` and the clamped ``x`` lie in ``[lower, upper]``. So its
@@ -91,7 +94,8 @@ sensitivity is ``k (upper - lower)`` under either relation, and its loss ``l`` b
 ``2 k (upper - lower) (ln d + t) / (N epsilon)``. Its integer scores are
 ``floor(-|S(r)| / unit)`` with ``unit = k (upper - lower) / resolution``, which moves every
 score by less than one step and keeps the sensitivity exactly ``resolution`` steps (as
-``MeanScore`` does).
+``MeanScore`` does); they are capped at ``-(2**62 - 1)`` (a public, 1-Lipschitz floor) so that
+they fit in int64 for any number of values.
 """
 
 from __future__ import annotations
@@ -991,10 +995,21 @@ class MeanSelection:
     secure: bool
 
 
+#: Integer mean scores are capped at ``-_STEP_CAP``: a public floor that keeps them in int64
+#: whatever the number of values (see :func:`_sum_deviation_scores`).
+_STEP_CAP = 2**62 - 1
+
+
 def _sum_deviation_scores(
     total: Fraction, count: int, grid: Grid, unit: Fraction
 ) -> npt.NDArray[np.int64]:
-    """``floor(-|total - count * r| / unit)`` for every grid point, exactly."""
+    """``max(floor(-|total - count * r| / unit), -_STEP_CAP)`` for every grid point, exactly.
+
+    The cap is public and ``s -> max(s, -cap)`` is 1-Lipschitz, so it keeps the sensitivity of
+    the scores; it only matters beyond ``2**46`` values (``2**62`` steps of ``unit``), and it
+    makes the scores fit in int64 whatever the data, instead of an error that would depend on
+    the (private) number of values.
+    """
     points = [Fraction(float(p)) for p in grid.points]
     denominator = max(point.denominator for point in points)  # powers of two
     numerators = np.array(
@@ -1005,10 +1020,7 @@ def _sum_deviation_scores(
     numerator = distance * unit.denominator
     divisor = total.denominator * denominator * unit.numerator
     steps = -((-numerator) // divisor)  # ceil
-    largest = int(max(steps))
-    if largest >= 2**62:
-        raise ValueError("mean scores would exceed the int64 range of exact scores")
-    return np.array((-steps).tolist(), dtype=np.int64)
+    return np.array([-min(int(step), _STEP_CAP) for step in steps.tolist()], dtype=np.int64)
 
 
 def select_mean(
@@ -1021,12 +1033,11 @@ def select_mean(
 
     Privacy:
         ``plan.epsilon``-DP under ``plan.relation``: ``replace`` uses
-        :class:`~beam_dp.scores.MeanScore` (sensitivity ``k (upper - lower) / n``; the
-        number of values must equal the public ``n``), ``add_remove`` the utility
-        ``-|sum(x) - N r|`` (sensitivity ``k (upper - lower)``). Only a grid point is released.
-
-    Raises:
-        ValueError: under ``replace`` when the number of values differs from ``n``.
+        :class:`~beam_dp.scores.MeanScore` (the centred sum over the public ``n``, which is
+        the mean when ``n`` values are kept; sensitivity ``k (upper - lower) / n``),
+        ``add_remove`` the utility ``-|sum(x) - N r|`` (sensitivity ``k (upper - lower)``).
+        Only a grid point is released. Nothing here depends on the data's count being anything
+        in particular: a release never fails because of the data.
     """
     if not isinstance(summary, ExactSum):
         raise TypeError(f"'summary' must be an ExactSum; received {type(summary).__name__}")

@@ -206,19 +206,16 @@ def test_quantile_refuses_scores_beyond_int64() -> None:
 
 
 def _mean_brute_force(score: MeanScore, values: list[float]) -> list[int]:
+    # The reference: NaN and infinities are not data (dropped), the rest clamped, and the
+    # statistic is the centred sum over the public n, clamped to [lower, upper].
     lower = Fraction(score.lower)
     upper = Fraction(score.upper)
-    total = Fraction(0)
+    middle = (lower + upper) / 2
+    centred = Fraction(0)
     for v in values:
-        if math.isnan(v):
-            total += (lower + upper) / 2
-        elif v == math.inf:
-            total += upper
-        elif v == -math.inf:
-            total += lower
-        else:
-            total += min(max(Fraction(v), lower), upper)
-    mean = total / score.n
+        if math.isfinite(v):
+            centred += min(max(Fraction(v), lower), upper) - middle
+    mean = min(max(middle + centred / score.n, lower), upper)
     return [math.floor(-abs(mean - Fraction(r)) / score.unit) for r in score.grid]
 
 
@@ -228,9 +225,10 @@ def _mean_brute_force(score: MeanScore, values: list[float]) -> list[int]:
     grid=st.lists(
         st.floats(min_value=-10.0, max_value=10.0), min_size=1, max_size=6, unique=True
     ).map(sorted),
-    values=st.lists(data_floats, min_size=1, max_size=12),
+    values=st.lists(data_floats, min_size=0, max_size=12),
     k=st.integers(1, 3),
     resolution=st.sampled_from([1, 7, 2**16]),
+    n_offset=st.sampled_from([0, 0, -1, 1, 5]),
 )
 def test_mean_matches_fractions(
     bounds: tuple[float | Fraction, float | Fraction],
@@ -238,13 +236,28 @@ def test_mean_matches_fractions(
     values: list[float],
     k: int,
     resolution: int,
+    n_offset: int,
 ) -> None:
+    # The public n is the number of values, or differs from the number kept (NaN, infinities,
+    # a wrong n): scores are defined in every case and match exact arithmetic.
     lower, upper = bounds
-    score = MeanScore(grid, lower, upper, n=len(values), max_contributions=k, resolution=resolution)
+    n = max(1, len(values) + n_offset)
+    score = MeanScore(grid, lower, upper, n=n, max_contributions=k, resolution=resolution)
     scores = score.compute(values)
     assert scores.dtype == np.int64
     assert scores.tolist() == _mean_brute_force(score, values)
-    assert np.array_equal(score.compute_from_sum(score.clamped_sum(values), len(values)), scores)
+    kept = sum(1 for v in values if math.isfinite(v))
+    assert np.array_equal(score.compute_from_sum(score.clamped_sum(values), kept), scores)
+
+
+def test_mean_statistic_is_the_mean_when_n_values_are_kept() -> None:
+    score = MeanScore((0.0, 1.0), 0, 1, n=4)
+    values = [0.25, 0.5, 2.0, 0.125]  # 2.0 clamps to 1
+    assert score.statistic(score.clamped_sum(values), 4) == Fraction(15, 32)  # 1.875 / 4
+    # One value dropped: mid + sum(v - mid) / n = 1/2 + (-1/4 + 0 + 1/2) / 4.
+    assert score.statistic(score.clamped_sum(values[:3]), 3) == Fraction(9, 16)
+    # More values than n: the statistic stays inside [lower, upper].
+    assert score.statistic(score.clamped_sum([1.0] * 9), 9) == 1
 
 
 def test_mean_unit_and_sensitivity() -> None:
@@ -256,10 +269,11 @@ def test_mean_unit_and_sensitivity() -> None:
 
 def test_mean_clamped_sum_is_mergeable() -> None:
     score = MeanScore((0.0, 1.0), Fraction(1, 10), 0.9, n=6)
-    values = [0.05, 0.3, np.nan, 2.0, -np.inf, 0.1]
+    values = [0.05, 0.3, np.nan, 2.0, -np.inf, 0.1, np.inf]
     shards = score.clamped_sum(values[:2]) + score.clamped_sum(values[2:])
     assert shards == score.clamped_sum(values)
     lower, upper = Fraction(1, 10), Fraction(0.9)  # float bounds are taken exactly
-    # 0.05 -> lower; NaN -> midpoint; 2.0 -> upper; -inf -> lower; 0.1 (just above 1/10) stays.
-    expected = [lower, Fraction(0.3), (lower + upper) / 2, upper, lower, Fraction(0.1)]
+    # 0.05 -> lower; NaN, -inf and +inf are not data (dropped); 2.0 -> upper; 0.1 (just above
+    # 1/10) stays.
+    expected = [lower, Fraction(0.3), upper, Fraction(0.1)]
     assert shards == sum(expected)

@@ -10,6 +10,7 @@ ones a pair that does is exhibited. Draws are seeded so that a failure reproduce
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
@@ -280,17 +281,22 @@ MEAN_POOL = (0.0, 1.0, 0.25, 0.5, 1 / 3, -5.0, 7.0, np.nan, np.inf, -np.inf)
 
 @pytest.mark.parametrize("resolution", [7, 2**16])
 def test_mean_replace(resolution: int) -> None:
+    # Neighbours change one unit's records in any way the bound allows: its number of values
+    # changes too (fewer rows, values that are NaN or infinite and dropped), so the count kept
+    # is not n on every dataset. The declared sensitivity k (upper - lower) / n still holds.
     rng = np.random.default_rng(20240607)
     relation = "replace"
     grid = (-0.5, 0.0, 0.2, 0.5, 0.75, 1.0, 1.5)
     configs = [(0, 1, 1, 3), (Fraction(1, 3), 2, 2, 2), (-1.5, 0.25, 3, 2)]
+    sizes_seen: set[int] = set()
     for lower, upper, bound, units_count in configs:
         n = bound * units_count
         score = MeanScore(grid, lower, upper, n=n, max_contributions=bound, resolution=resolution)
 
         def new_unit(bound: int = bound) -> list[float]:
+            size = bound if rng.random() < 0.6 else int(rng.integers(0, bound + 1))
             out = []
-            for _ in range(bound):
+            for _ in range(size):
                 if rng.random() < 0.4:
                     out.append(float(rng.uniform(-2.0, 3.0)))
                 else:
@@ -298,12 +304,14 @@ def test_mean_replace(resolution: int) -> None:
             return out
 
         def pairs(units_count: int = units_count, new_unit: Any = new_unit) -> Iterator[Pair]:
-            for first, second in _neighbours(rng, relation, new_unit, 1, same_size=True):
+            for first, second in _neighbours(rng, relation, new_unit, 1):
                 extra = [new_unit() for _ in range(units_count - 1)]
                 yield first + extra, second + extra
 
         def compute(units: Units, score: MeanScore = score) -> npt.NDArray[np.int64]:
-            return score.compute(np.array(_flat(units), dtype=np.float64))
+            values = np.array(_flat(units), dtype=np.float64)
+            sizes_seen.add(int(np.isfinite(values).sum()) - score.n)
+            return score.compute(values)
 
         largest, opposite = _measure(compute, pairs(), PAIRS // len(configs) + 1)
         _assert_claims(score, relation, largest, opposite)
@@ -314,6 +322,36 @@ def test_mean_replace(resolution: int) -> None:
         low, high = float(lower), float(upper)
         others = [[low] * bound for _ in range(units_count - 1)]
         _assert_tight(score, relation, compute, [[low] * bound, *others], [[high] * bound, *others])
+    # The random neighbours did keep fewer values than n (and exactly n) on some datasets.
+    assert {0, -1, -2} <= sizes_seen
+
+
+@pytest.mark.parametrize("drop", ["nan", "inf", "removed"])
+def test_mean_replace_neighbour_with_a_value_dropped_still_scores(drop: str) -> None:
+    # Issue 8: a dataset with exactly n values and its neighbour where one value became NaN or
+    # infinite, or is missing (the unit sent one row fewer), both score (no exception), and
+    # differ by at most (upper - lower) / (2n): half the sensitivity, as one value dropped.
+    rng = np.random.default_rng(20240608)
+    grid = tuple(np.linspace(-1.0, 3.0, 17).tolist())
+    for k in (1, 2, 3):
+        score = MeanScore(grid, -0.5, 2.5, n=4 * k, max_contributions=k)
+        half = Fraction(3, 2 * 4 * k)  # (upper - lower) / (2n)
+        for _ in range(300):
+            values = rng.uniform(-1.0, 3.0, 4 * k)
+            changed = values.copy()
+            position = int(rng.integers(values.size))
+            if drop == "removed":
+                changed = np.delete(changed, position)
+            else:
+                changed[position] = np.nan if drop == "nan" else rng.choice([np.inf, -np.inf])
+            delta = np.abs(score.compute(changed) - score.compute(values)).max()
+            assert int(delta) * score.unit <= score.sensitivity("replace")
+            assert int(delta) <= math.ceil(half / score.unit)
+        # The extreme: a value at upper dropped moves T by exactly (upper - lower) / (2n).
+        full = score.compute([2.5] * (4 * k))
+        short = score.compute([2.5] * (4 * k - 1) + [math.nan])
+        steps = half / score.unit  # 2**16 / (2k): an integer for k = 1, 2
+        assert math.floor(steps) <= int(np.abs(full - short).max()) <= math.ceil(steps)
 
 
 def test_mean_replace_opposite_pair() -> None:

@@ -249,6 +249,10 @@ def test_counts_rejected() -> None:
 
 def test_mean_data_rejected() -> None:
     score = MeanScore([0.0, 1.0], 0, 1, n=3)
-    _raises(ValueError, "n", score.compute, [0.5, 0.5])
+    # A sum that no 'count' clamped values can have is a programming error; the count itself
+    # is never compared with n (issue 8: that would make success depend on the data).
     _raises(ValueError, "total", score.compute_from_sum, Fraction(7, 2), 3)
+    _raises(ValueError, "total", score.compute_from_sum, Fraction(1, 2), 0)
+    _raises(ValueError, "count", score.compute_from_sum, 0, -1)
+    _raises(TypeError, "count", score.compute_from_sum, 0, 1.0)
     _raises(TypeError, "values", score.compute, ["a", "b", "c"])

@@ -545,11 +545,40 @@ def test_mean_at_huge_epsilon_is_the_nearest_grid_point() -> None:
         assert select_mean(summary, plan).value == pytest.approx(4.1)
 
 
-def test_replace_mean_checks_the_public_n() -> None:
+def test_replace_mean_releases_whatever_the_number_of_values() -> None:
+    # Issue 8: the number of values kept (after bounding and dropping NaN) is private. A
+    # neighbour that turns one value into NaN, or sends one row fewer or more, must not turn a
+    # release into an error: that would be a one-bit leak through the job's success.
     grid = Grid.uniform(0.0, 10.0, 11)
-    plan = plan_mean(grid, epsilon=1.0, relation="replace", n=3)
-    with pytest.raises(ValueError, match="'n'"):
-        select_mean(ExactSum(0.0, 10.0).add([1.0, 2.0]), plan)
+    plan = plan_mean(grid, epsilon=1e6, relation="replace", n=3)
+    for values in (
+        [1.0, 2.0, 6.0],
+        [1.0, 2.0, math.nan],
+        [1.0, 2.0, math.inf],
+        [1.0, 2.0],
+        [],
+        [1.0, 2.0, 6.0, 9.0, 9.5],
+    ):
+        summary = ExactSum(0.0, 10.0).add(values)
+        selection = select_mean(summary, plan)  # no exception
+        kept = [v for v in values if math.isfinite(v)]
+        # At a huge epsilon the output is the grid point nearest the centred sum over n = 3.
+        centred = min(max(5 + sum(v - 5 for v in kept) / 3, 0.0), 10.0)
+        assert selection.value == pytest.approx(round(centred))
+    # [1, 2, NaN]: 5 + (-4 - 3) / 3 = 2.67, released as 3 (the mean of [1, 2] would give 2).
+    nan_neighbour = select_mean(ExactSum(0.0, 10.0).add([1.0, 2.0, math.nan]), plan)
+    assert nan_neighbour.value == 3.0
+
+
+def test_add_remove_mean_releases_for_any_number_of_values() -> None:
+    # The add/remove utility's integer scores are capped by a public floor instead of failing
+    # when a (private) count makes them exceed int64.
+    grid = Grid.uniform(0.0, 10.0, 11)
+    summary = ExactSum(0.0, 10.0)
+    summary.count = 2**50
+    summary.scaled_sum = 5 * 2**50 * 2**1127  # 2**50 values at 5.0
+    selection = select_mean(summary, plan_mean(grid, epsilon=1.0))
+    assert selection.value == 5.0  # every other score sits at the floor -(2**62 - 1)
 
 
 def sum_deviation_scores(values: np.ndarray, grid: Grid, k: int) -> np.ndarray:
