@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pickle
+import traceback
 from collections import defaultdict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -11,11 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beam_dp.errors import BadRecordError
 from beam_dp.scores import Revenue
 from beam_dp.summaries.counts import (
     LabelCounts,
     at_least_counts,
     candidate_counts,
+    label_sort_key,
     merge_into,
     reduce_per_unit,
     threshold_histogram,
@@ -159,3 +163,72 @@ def test_label_counts_never_merge_different_labels() -> None:
     labels = [f"site-{i}" for i in range(2000)] + ["site-1", "site-01"]
     counts = LabelCounts().add(labels).to_dict()
     assert counts["site-1"] == 2 and counts["site-01"] == 1 and len(counts) == 2001
+
+
+SECRET = "alice@example.org-7f3a"
+
+
+def test_label_counts_mix_integer_string_and_bytes_labels_by_one_canonical_rule() -> None:
+    # Issue 8: key selection over mixed label types. Integers of any width, strings and bytes
+    # may arrive in any batch and any order; each is its own kind, so 42 and "42" are two
+    # labels (never coarser than the candidate identity bounding uses), and nothing raises.
+    counts = LabelCounts().add([1, SECRET, "1", 2**64 - 1, b"1", np.int32(1)])
+    counts.add(pa.array([1, 2], type=pa.int32()))
+    counts.add(pa.array(["1", SECRET]))
+    counts.add(np.array([3, "x"], dtype=object), [2, 5])
+    counts.add(pa.array([2**63, 5], type=pa.uint64()))
+    counts.merge([LabelCounts().add(pa.array([SECRET, "b"]).dictionary_encode())])
+    expected: dict[Any, int] = {1: 3, 2: 1, 3: 2, 5: 1, 2**63: 1, 2**64 - 1: 1}
+    expected.update({"1": 2, SECRET: 3, "x": 5, "b": 1, b"1": 1})
+    assert counts.to_dict() == expected
+    assert len(counts) == len(expected) and counts.counts.sum() == sum(expected.values())
+    assert pickle.loads(pickle.dumps(counts)).to_dict() == expected
+    ordered = sorted(counts.labels.to_pylist(), key=label_sort_key)
+    assert ordered == [1, 2, 3, 5, 2**63, 2**64 - 1, "1", SECRET, "b", "x", b"1"]
+    assert SECRET not in repr(counts)
+
+
+def test_label_counts_do_not_depend_on_the_order_kinds_arrive_in() -> None:
+    # Before: the first batch's type won, "42" then 42 merged into one label (a unit keeping
+    # both candidates would add 2 to it), and 42 then "alice" raised with the label quoted.
+    strings_first = LabelCounts().add(["42", "alice"]).add([42, 7])
+    ints_first = LabelCounts().add([42, 7]).add(["42", "alice"])
+    expected = {"42": 1, "alice": 1, 42: 1, 7: 1}
+    assert strings_first.to_dict() == expected and ints_first.to_dict() == expected
+    merged = LabelCounts().add([42]).merge([LabelCounts().add(["42"])])
+    assert merged.to_dict() == {42: 1, "42": 1}
+
+
+def _chain(error: BaseException) -> list[str]:
+    texts = []
+    current: BaseException | None = error
+    while current is not None:
+        texts.append("".join(traceback.format_exception_only(type(current), current)))
+        current = current.__cause__ or current.__context__
+    return texts
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: LabelCounts().add([SECRET, None]),
+        lambda: LabelCounts().add([7, SECRET, None]),
+        lambda: LabelCounts().add([1, SECRET, 1.5]),
+        lambda: LabelCounts().add(pa.array([SECRET, None])),
+        lambda: LabelCounts().add([SECRET, 1.5]),
+        lambda: LabelCounts().add(np.array([SECRET, 2.5, 3], dtype=object)),
+        lambda: LabelCounts().add([SECRET, True]),
+        lambda: LabelCounts().add([SECRET, 2**80]),
+        lambda: LabelCounts().add(pa.array([1.5, 2.5])),
+        lambda: LabelCounts().add([SECRET, "b"], [1]),
+        lambda: LabelCounts().add([SECRET], [SECRET]),
+        lambda: label_sort_key(1.5),
+    ],
+)
+def test_label_errors_never_show_a_label(call: Any) -> None:
+    with pytest.raises((BadRecordError, ValueError, TypeError)) as info:
+        call()
+    assert all(SECRET not in text and "1.5" not in text for text in _chain(info.value))
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    if "candidate labels" in str(info.value):
+        assert isinstance(info.value, BadRecordError)
