@@ -267,13 +267,13 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
             # one row per (unit, key, candidate), uniform over that triple's rows
             h = _row_hash(batch, salt64 ^ _DISTINCT_SALT)
             chosen = _sample_groups([unit, key, batch[CANDIDATE]], h, 1)
-            keep = keep if chosen is None else np.sort(chosen)
+            keep = keep if chosen is None else chosen
         else:
             # rows with equal (unit, key, candidate) are identical: any one will do. Arrow's
             # hash grouping finds the first (linear time; a lexsort costs twice as much).
             rows = pa.table({"u": unit, "k": key, "c": batch[CANDIDATE], "i": keep})
             first = rows.group_by(["u", "k", "c"]).aggregate([("i", "min")])
-            keep = np.sort(first.column("i_min").to_numpy())
+            keep = first.column("i_min").to_numpy()
 
     if bounds.max_keys_per_unit is not None and KEY in batch:
         u, k = unit[keep], key[keep]
