@@ -20,6 +20,7 @@ from beam_dp.mechanisms.cdf import (
     ks_accuracy_bound,
     ks_deviation,
     ks_pmf_bruteforce,
+    ks_suggested_k,
     sample_ks_synthetic,
 )
 from beam_dp.mechanisms.cdf.bands import points_from_path
@@ -433,3 +434,16 @@ def test_bad_parameters_fail_closed_without_showing_counts(
 def test_brute_force_refuses_large_problems() -> None:
     with pytest.raises(ValueError, match="small"):
         ks_pmf_bruteforce(list(range(60)), k=8, epsilon=1.0, relation="replace")
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "epsilon"), [(1000, 10**3, 1.0), (50, 10**5, 0.3), (7, 40, 2.0)]
+)
+def test_suggested_k_minimises_the_bound(m: int, n: int, epsilon: float) -> None:
+    k = ks_suggested_k(m, epsilon=epsilon, n=n)
+    bounds = [ks_accuracy_bound(m, j, epsilon=epsilon, n=n) for j in range(1, 3 * k + 50)]
+    assert bounds[k - 1] == min(bounds)
+    assert ks_suggested_k(m, epsilon=epsilon, n=0) == 1
+    assert ks_suggested_k(m, epsilon=epsilon, n=n, max_k=2) <= 2
+    with pytest.raises(ValueError, match="'max_k'"):
+        ks_suggested_k(m, epsilon=epsilon, n=n, max_k=0)

@@ -2,7 +2,7 @@
 
 Public API:
     sample_ks_synthetic, ks_pmf_bruteforce, ks_accuracy_bound, ks_deviation,
-    cumulative_counts_from_slots, KSMechanism, MAX_CELLS
+    cumulative_counts_from_slots, ks_suggested_k, KSMechanism, MAX_CELLS
 """
 
 from beam_dp.mechanisms.cdf.ks import (
@@ -12,6 +12,7 @@ from beam_dp.mechanisms.cdf.ks import (
     ks_accuracy_bound,
     ks_deviation,
     ks_pmf_bruteforce,
+    ks_suggested_k,
     sample_ks_synthetic,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "ks_accuracy_bound",
     "ks_deviation",
     "ks_pmf_bruteforce",
+    "ks_suggested_k",
     "sample_ks_synthetic",
 ]

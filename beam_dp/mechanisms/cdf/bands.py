@@ -63,6 +63,7 @@ class Bands:
         largest = max([0, *targets]) + self.scale * self.k
         dtype: Any = np.int64 if largest < _INT64_SAFE else object
         self._targets: npt.NDArray[Any] = np.array([int(t) for t in targets], dtype=dtype)
+        self._total: int | None = None
 
     # ------------------------------------------------------------------ windows
 
@@ -88,7 +89,12 @@ class Bands:
         every = np.abs(self._targets[:, None] - values[None, :]).ravel()
         if every.dtype == object:
             return np.array(sorted({int(v) for v in every}), dtype=object)
-        return np.unique(every)
+        every.sort()
+        keep = np.empty(every.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(every[1:], every[:-1], out=keep[1:])
+        distinct: npt.NDArray[Any] = every[keep]
+        return distinct
 
     def min_deviation(self, breakpoints: npt.NDArray[Any]) -> int:
         """The smallest deviation of any path (a breakpoint; binary search on feasibility)."""
@@ -124,24 +130,29 @@ class Bands:
         if self.columns == 0:
             return 1
         lo_array, hi_array = self.windows(level)
-        prefix: list[int] = []
-        previous_lo = previous_hi = 0
-        for i, (lo, hi) in enumerate(zip(lo_array.tolist(), hi_array.tolist(), strict=True)):
-            if lo > hi:
+        los, his = lo_array.tolist(), hi_array.tolist()
+        previous_lo, previous_hi = los[0], his[0]
+        if previous_lo > previous_hi:
+            return 0
+        prefix = list(range(1, previous_hi - previous_lo + 2))  # one prefix per allowed C_0
+        if keep is not None:
+            keep.append((previous_lo, prefix))
+        accumulate = itertools.accumulate
+        for lo, hi in zip(los[1:], his[1:], strict=True):
+            # C_i = c needs C_{i-1} in [previous_lo, min(c, previous_hi)]: that many prefixes
+            # is prefix[min(c, previous_hi) - previous_lo] (none below previous_lo).
+            if lo > hi or hi < previous_lo:
                 return 0
-            if i == 0:
-                prefix = list(range(1, hi - lo + 2))  # C_0 = c for each allowed c: one prefix
+            start = lo if lo >= previous_lo else previous_lo
+            if hi <= previous_hi:
+                ending = prefix[start - previous_lo : hi - previous_lo + 1]
+            elif start <= previous_hi:
+                ending = prefix[start - previous_lo :] + [prefix[-1]] * (hi - previous_hi)
             else:
-                if hi < previous_lo:
-                    return 0
-                start = max(lo, previous_lo)
-                middle_end = min(hi, previous_hi)
-                middle = prefix[start - previous_lo : middle_end - previous_lo + 1]
-                repeat = max(0, hi - max(previous_hi, start - 1))
-                ending = [0] * (start - lo) + middle + [prefix[-1]] * repeat
-                prefix = list(itertools.accumulate(ending))
-                if not prefix[-1]:
-                    return 0
+                ending = [prefix[-1]] * (hi - start + 1)
+            if start > lo:
+                ending = [0] * (start - lo) + ending
+            prefix = list(accumulate(ending))
             if keep is not None:
                 keep.append((lo, prefix))
             previous_lo, previous_hi = lo, hi
@@ -164,7 +175,9 @@ class Bands:
 
     def total(self) -> int:
         """The number of all paths: multisets of ``k`` points from ``m``, C(m + k - 1, k)."""
-        return math.comb(self.columns + self.k, self.k)
+        if self._total is None:
+            self._total = math.comb(self.columns + self.k, self.k)
+        return self._total
 
 
 def uniform_multiset(num_points: int, k: int, source: RandomSource) -> list[int]:

@@ -110,6 +110,7 @@ __all__ = [
     "ks_accuracy_bound",
     "ks_deviation",
     "ks_pmf_bruteforce",
+    "ks_suggested_k",
     "sample_ks_synthetic",
 ]
 
@@ -369,8 +370,9 @@ def _find_peak(plan: _Plan) -> int:
     return best
 
 
-def _plan(bands: Bands, gamma: Fraction, options: _PlanOptions) -> tuple[int, list[_Block]]:
-    """Minimum deviation and the blocks partitioning ``[D_min, ∞)`` (see the module doc)."""
+def _plan(bands: Bands, gamma: Fraction, options: _PlanOptions) -> tuple[int, list[_Block], int]:
+    """Minimum deviation, the blocks partitioning ``[D_min, ∞)`` (see the module doc) and the
+    number of band counts the planning took."""
     every = bands.breakpoints()
     minimum = bands.min_deviation(every)
     breakpoints = every[np.searchsorted(every, minimum) :]
@@ -425,7 +427,7 @@ def _plan(bands: Bands, gamma: Fraction, options: _PlanOptions) -> tuple[int, li
         end = None if top == last else plan.level(top + 1)
         blocks.append(_Block(top, plan.level(top), start, end, plan.count(top), top == last))
         previous = top
-    return minimum, blocks
+    return minimum, blocks, len(plan.counts)
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -448,10 +450,13 @@ class _Sampler:
         self.bands = Bands([self.k * n for n in counts[:-1]], max(self.scale, 1), self.k)
         self.blocks: list[_Block] = []
         self.minimum = 0
+        self.band_counts = 0
         self._tables: dict[int, Tables] = {}
         self._bounds: dict[int, list[tuple[Fraction, Fraction]]] = {}
         if not self.trivial:
-            self.minimum, self.blocks = _plan(self.bands, self.gamma, options or _PlanOptions())
+            self.minimum, self.blocks, self.band_counts = _plan(
+                self.bands, self.gamma, options or _PlanOptions()
+            )
         self._chooser = IndexSampler(self._weight_bounds)
 
     def _weight_bounds(self, bits: int) -> list[tuple[Fraction, Fraction]]:
@@ -623,3 +628,46 @@ def ks_accuracy_bound(
     t = -math.log1p(-float(confidence))
     loss = 2 * max_contributions * (log_candidates + t) / (float(epsilon) * size)
     return min(1.0, 1 / (2 * k) + 2 * error / size + loss)
+
+
+def ks_suggested_k(
+    num_points: int,
+    *,
+    epsilon: float,
+    n: int,
+    confidence: float = 0.95,
+    max_contributions: int = 1,
+    count_error: int = 0,
+    max_k: int | None = None,
+) -> int:
+    """The ``k`` that minimises :func:`ks_accuracy_bound` (from public quantities only).
+
+    A larger ``k`` shrinks the rounding term ``1/(2k)`` and grows the privacy term through
+    ``ln C(m + k - 1, k)``; for ``k << m`` the best ``k`` is about
+    ``sqrt(ε n / (4 c ln(e m / k)))``. ``n`` must be public: the dataset size under
+    ``replace``, the released count under ``add_remove``. ``max_k`` defaults to the largest
+    ``k`` with ``m (k + 1) <= MAX_CELLS``.
+
+    Returns:
+        The smallest minimiser in ``[1, max_k]`` (1 when ``n`` is 0).
+    """
+    check_positive_int(num_points, "num_points")
+    cap = MAX_CELLS // num_points - 1 if max_k is None else max_k
+    check_positive_int(cap, "max_k")
+    _check_size(num_points, cap)
+    best_k, best = 1, math.inf
+    for k in range(1, cap + 1):
+        bound = ks_accuracy_bound(
+            num_points,
+            k,
+            epsilon=epsilon,
+            n=n,
+            confidence=confidence,
+            max_contributions=max_contributions,
+            count_error=count_error,
+        )
+        if bound < best:
+            best_k, best = k, bound
+        elif bound - 1 / (2 * k) >= best:
+            break  # the rest grows with k (ln C(m + k - 1, k) does): no larger k can win
+    return best_k
