@@ -21,6 +21,7 @@ Library transforms get the same check on lists of dicts that mix types.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import re
@@ -45,7 +46,7 @@ from beam_dp.beam.selection import (
     TopCandidates,
 )
 from beam_dp.io.outputs import read_release_avro
-from pipelines import best_price, election, quantiles, release, top_candidates
+from pipelines import best_price, budget, election, quantiles, release, top_candidates
 from pipelines.common import cli
 
 SECRET = "SECRET-alice@example.com"
@@ -256,6 +257,12 @@ class Seen:
             for token in forbidden
             if token in text
         ]
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs default --ledger to $BEAM_DP_LEDGER_URL: these runs use none unless they say so."""
+    monkeypatch.delenv("BEAM_DP_LEDGER_URL", raising=False)
 
 
 @pytest.fixture
@@ -479,21 +486,43 @@ def test_release_job_never_shows_the_secret(
     pipeline_results: list[Any],
 ) -> None:
     # Every artifact of the format at once: with "skip" the job runs through all of them.
+    # The run charges a persistent ledger (SQLite), another output to search.
     pattern = write_export(tmp_path / "in", fmt, ARTIFACTS)
     out = tmp_path / "out"
     config = _release_config(tmp_path, pattern, mode)
+    ledger = f"sqlite:///{tmp_path / 'ledger' / 'budget.db'}"
+    budget.run(
+        [
+            "create",
+            "--ledger",
+            ledger,
+            "--dataset",
+            "survey",
+            "--epsilon",
+            "100",
+            "--delta",
+            "1e-6",
+        ],
+        out=io.StringIO(),
+    )
     seen, exit_text = run_job(
         release.run,
-        ["--config", str(config), "--output", str(out)],
+        ["--config", str(config), "--output", str(out), "--ledger", ledger, "--dataset", "survey"],
         out,
         capfd,
         caplog,
         pipeline_results,
     )
+    history = io.StringIO()
+    budget.run(["history", "--ledger", ledger, "--dataset", "survey", "--json"], out=history)
+    seen.channels["ledger history"] = history.getvalue()
+    for path in (tmp_path / "ledger").iterdir():
+        seen.channels[f"ledger file {path.name}"] = path.read_bytes().decode("utf-8", "replace")
     _assert_clean(seen, f"release job, {fmt}, on_bad_record={mode}")
     if mode == "skip":
         assert exit_text is None, f"the job failed with on_bad_record=skip: {exit_text}"
         assert (out / "release.json").exists()
+        assert '"charged": true' in seen.channels["ledger history"], "the ledger kept no run"
     else:
         assert exit_text is not None, "a bad record went through with on_bad_record=fail"
         assert not out.exists(), "a failed job must leave no output"
