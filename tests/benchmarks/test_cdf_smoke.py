@@ -34,3 +34,10 @@ def test_noisy_histogram_is_a_cdf() -> None:
     released = cdf.noisy_histogram_cdf([3, 3, 10, 12], epsilon=1.0)
     assert np.all(np.diff(released) >= 0) and released[-1] == pytest.approx(1.0)
     assert cdf.ks_at_grid([3, 3, 10, 12], np.array([0.25, 0.25, 10 / 12, 1.0])) == 0.0
+
+
+def test_isotonic_fit_is_the_monotone_least_squares_fit() -> None:
+    fitted = cdf.isotonic(np.array([0.1, 0.3, 0.2, 0.6, 0.5, 0.5, 0.9]))
+    np.testing.assert_allclose(fitted, [0.1, 0.25, 0.25, 8 / 15, 8 / 15, 8 / 15, 0.9])
+    released = cdf.noisy_isotonic_cdf([3, 3, 10, 12], epsilon=1.0)
+    assert np.all(np.diff(released) >= 0) and released[-1] == 1.0 and released[0] >= 0.0
