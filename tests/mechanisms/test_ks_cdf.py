@@ -115,6 +115,32 @@ def test_sampler_draws_the_brute_force_law(case: str, plan: str) -> None:
     assert _goodness_of_fit(case, draws) > FPR
 
 
+@pytest.mark.parametrize("plan", ["default", "big_strides"])
+def test_deviation_law_on_a_problem_too_big_to_list(plan: str) -> None:
+    # m = 40, k = 12: C(51, 12) ~ 1.6e11 multisets, 239 breakpoints; blocks span several
+    # breakpoints, so rounds are rejected. The exact law of D from the band counts:
+    # P(D = b_j) ∝ (A(b_j) - A(b_{j-1})) exp(-γ (b_j - D_min)).
+    rng = np.random.default_rng(3)
+    values = np.clip((rng.lognormal(0.0, 0.7, 300) * 8).astype(int), 0, 39)
+    counts = [int(c) for c in np.cumsum(np.bincount(values, minlength=40))]
+    mechanism = KSMechanism(k=12, epsilon=Fraction(1), relation="replace")
+    sampler = _Sampler(counts, mechanism, PLANS[plan])
+    assert any(b.end is not None and b.level > b.start for b in sampler.blocks)
+    every = sampler.bands.breakpoints()
+    levels = [int(b) for b in every if b >= sampler.minimum]
+    sizes = [sampler.bands.count(level) for level in levels]
+    shells = np.diff(np.array([0, *sizes], dtype=np.float64))
+    gamma = float(mechanism.gamma)
+    law = shells * np.exp(-gamma * (np.array(levels, dtype=np.float64) - levels[0]))
+    law /= law.sum()
+    index = {level: i for i, level in enumerate(levels)}
+    observed = np.zeros(len(levels), dtype=np.int64)
+    source = SecureRandom()
+    for _ in range(3_000):
+        observed[index[sampler.bands.deviation(sampler.draw(source))]] += 1
+    assert chi_square_pvalue(observed, law) > FPR
+
+
 def test_public_function_draws_the_brute_force_law() -> None:
     counts, k, epsilon, relation, n_public, c = CASES["add_remove_count_below_n"]
     draws = [
