@@ -1066,8 +1066,10 @@ class _MeanTransform(beam.PTransform):
         name, confidence, num_shards, salt, on_bad_record, rng, max_windows_per_unit: as for
         the quantiles.
         relation: ``"replace"`` with the public number of values ``n`` uses the seed's
-            utility ``-|mean - r|`` (sensitivity ``k (upper - lower) / n``; the pipeline fails
-            if the number of values after bounding differs from ``n``). ``"add_remove"``
+            utility ``-|mean - r|`` (sensitivity ``k (upper - lower) / n``), with the mean
+            read as the centred sum ``mid + sum(x - mid) / n`` over the public ``n``: the true
+            mean when ``n`` values are kept, and defined (never an error) for any other count,
+            so whether the release succeeds never depends on the data. ``"add_remove"``
             (default) needs no ``n``: it uses ``-|sum(x) - N r|``, sensitivity
             ``k (upper - lower)`` (see :mod:`beam_dp.summaries.quantiles`).
         n: the public number of values (``replace`` only; per key for ``.PerKey``).

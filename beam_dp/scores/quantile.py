@@ -19,9 +19,9 @@ from beam_dp._validation import (
 from beam_dp.scores._base import Score
 from beam_dp.scores._exact import (
     as_count_array,
-    as_float_array,
     check_fits_int64,
     decimal_fraction,
+    finite_values,
     float_tuple,
 )
 
@@ -100,8 +100,8 @@ class QuantileScore(Score):
     def compute(self, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """Integer scores from the values (already bounded to ``max_contributions`` per unit).
 
-        Float comparisons with the float grid are exact. NaN values are ignored (they count in
-        neither ``L`` nor ``G``); infinities compare as usual.
+        Float comparisons with the float grid are exact. NaN and ±inf are not data: they are
+        dropped, as by every statistic (:func:`beam_dp.scores._exact.finite_values`).
 
         Args:
             values: The data values.
@@ -109,9 +109,7 @@ class QuantileScore(Score):
         Returns:
             int64 array of length ``num_candidates``.
         """
-        data = as_float_array(values, "values")
-        data = data[~np.isnan(data)]
-        data.sort()
+        data = np.sort(finite_values(values, "values"))
         less = np.searchsorted(data, self._grid, side="left")
         greater = data.size - np.searchsorted(data, self._grid, side="right")
         return self.compute_from_counts(less, greater)

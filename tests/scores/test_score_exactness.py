@@ -150,6 +150,7 @@ def test_revenue_float_values_read_as_decimals() -> None:
 
 def _quantile_brute_force(score: QuantileScore, values: list[float]) -> list[int]:
     alpha = Fraction(score.alpha)
+    values = [v for v in values if math.isfinite(v)]  # NaN and ±inf are not data (one rule)
     out = []
     for r in score.grid:
         less = sum(1 for v in values if v < r)

@@ -256,3 +256,11 @@ def test_mean_data_rejected() -> None:
     _raises(ValueError, "count", score.compute_from_sum, 0, -1)
     _raises(TypeError, "count", score.compute_from_sum, 0, 1.0)
     _raises(TypeError, "values", score.compute, ["a", "b", "c"])
+
+
+def test_quantile_score_drops_infinities_like_every_statistic() -> None:
+    from beam_dp.scores import QuantileScore
+
+    score = QuantileScore(0.5, [0.0, 1.0, 2.0])
+    finite = score.compute([0.5, 1.5])
+    assert (score.compute([0.5, 1.5, np.inf, -np.inf, np.nan]) == finite).all()
