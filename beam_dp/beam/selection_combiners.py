@@ -34,6 +34,7 @@ from beam_dp.batching import (
     VALUE,
     ColumnBatch,
     PublicIndex,
+    canonical_id_text,
     encode_batch,
     num_rows,
     stable_hash64,
@@ -606,23 +607,46 @@ def _encode_labels(
     if bad.any():
         stats.bad_records += int(bad.sum())
         table = table.filter(pa.array(~bad))
-    out = encode_batch(table, unit_column=unit_column, source=source)
     column = table.column(candidate_column)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    labels = canonical_label_text(column)
+    bad = np.asarray(labels.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    if bad.any():
+        if on_bad_record == "fail":
+            raise data_error(
+                source,
+                "rule: candidate labels must be integers or text (a whole number, or valid "
+                "UTF-8); use on_bad_record='skip' to drop such records",
+                field=candidate_column,
+            )
+        stats.bad_records += int(bad.sum())
+        keep = pa.array(~bad)
+        table, labels = table.filter(keep), labels.filter(keep)
+    out = encode_batch(table, unit_column=unit_column, source=source)
+    # Bounding (distinct labels per unit) and the counts use one identity: the canonical text.
+    out[CANDIDATE] = stable_hash64(labels).view(np.int64)
+    out[LABEL] = labels.to_numpy(zero_copy_only=False)
+    return out
+
+
+def canonical_label_text(column: pa.Array) -> pa.Array:
+    """Labels read from the data as their canonical text; null where a label is not valid.
+
+    Key selection counts labels by the identity privacy units have
+    (:mod:`beam_dp.batching.hashing`): an integer and its decimal text are one label (``7``
+    and ``"7"``), so labels are released as text. The rule looks at each value alone, so the
+    labels never depend on how rows were split into batches or files, or on merge order.
+    """
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
-    try:
-        hashed = stable_hash64(column)
-    except TypeError:
-        raise data_error(
-            source,
-            f"rule: candidate labels must be integers or strings, not {column.type}",
-            field=candidate_column,
-        ) from None
-    out[CANDIDATE] = hashed.view(np.int64)
-    out[LABEL] = column.to_numpy(zero_copy_only=False)
-    return out
+    if pa.types.is_string(column.type):
+        return column
+    if pa.types.is_large_string(column.type):
+        return column.cast(pa.string())
+    if pa.types.is_integer(column.type):
+        return column.cast(pa.string())
+    return pa.array([canonical_id_text(value) for value in column.to_pylist()], type=pa.string())
 
 
 class EncodeLabelsFn(beam.DoFn):
