@@ -134,13 +134,14 @@ class Revenue(Score):
 
         Args:
             values: One willingness to pay per privacy unit (floats, in the prices' currency).
-                NaN counts as a unit that buys at no price; ``+inf`` buys at every price.
+                NaN and ±inf are not data (dropped, as by every statistic): such a value
+                buys at no price.
 
         Returns:
             int64 array of length ``num_candidates``.
         """
         wtp = as_float_array(values, "values")
-        wtp[np.isnan(wtp)] = -np.inf
+        wtp[~np.isfinite(wtp)] = -np.inf  # not data: buys at no price
         wtp.sort()
         check_fits_int64(int(self._scaled_prices[-1]) * wtp.size, "Revenue scores")
         buyers = wtp.size - np.searchsorted(wtp, self._thresholds, side="left")

@@ -140,7 +140,8 @@ def threshold_histogram(values: npt.ArrayLike, thresholds: npt.NDArray[np.float6
     """Histogram of values by how many of the sorted ``thresholds`` each one reaches.
 
     Bucket ``b`` counts the values ``x`` with exactly ``b`` thresholds ``t <= x``; there are
-    ``len(thresholds) + 1`` buckets. NaN reaches no threshold (bucket 0); ``+inf`` reaches all.
+    ``len(thresholds) + 1`` buckets. NaN and ±inf are not data: they reach no threshold
+    (bucket 0), as a dropped value would add nothing to any ``at_least_counts``.
 
     Args:
         values: float values (one per privacy unit for a revenue score).
@@ -151,7 +152,7 @@ def threshold_histogram(values: npt.ArrayLike, thresholds: npt.NDArray[np.float6
     """
     column = np.asarray(values, dtype=np.float64).ravel()
     buckets = np.searchsorted(thresholds, column, side="right")
-    buckets[np.isnan(column)] = 0
+    buckets[~np.isfinite(column)] = 0
     return np.bincount(buckets, minlength=thresholds.size + 1).astype(np.int64, copy=False)
 
 

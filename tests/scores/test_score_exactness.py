@@ -90,9 +90,8 @@ def test_plurality_vote_matches_counts(votes: list[int]) -> None:
 def _revenue_brute_force(score: Revenue, values: list[float]) -> list[int]:
     out = []
     for price in score.prices:
-        buyers = sum(
-            1 for v in values if v == math.inf or (math.isfinite(v) and _decimal(v) >= price)
-        )
+        # NaN and ±inf are not data (one rule for every statistic): they buy at no price
+        buyers = sum(1 for v in values if math.isfinite(v) and _decimal(v) >= price)
         out.append(int(Fraction(price) * buyers / score.unit))
     return out
 
