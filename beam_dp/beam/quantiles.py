@@ -47,7 +47,9 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   (``ε / √(m·w)``, rounded down) (:func:`~beam_dp.beam.selection_spec.split_share`, shared
   with the selection transforms), and records it, with ``max_keys_per_unit: m`` and
   ``max_windows_per_unit: w`` in its bounds, so the whole transform is ε-DP over all keys
-  and windows.
+  and windows. Under ``replace`` each key's and window's number of records is public (a
+  neighbour changes a unit's values within its keys and windows), as for the selection
+  transforms (:mod:`beam_dp.beam.selection`).
 * **Windows**: each window gets its own release (``Release.window``). With a
   ``unit_column``, bounding keeps each unit's rows in at most ``max_windows_per_unit``
   windows (default 1; bounded input only) and the bounds hold within each window. The

@@ -58,6 +58,11 @@ Privacy, common to every transform here:
   ``ρ / (m·w)`` and runs at ``ε / √(m·w)`` (rounded down, exactly). So the whole ``.PerKey``
   release is ε-DP (or costs the share's ρ): parallel composition when ``m·w = 1``, composition
   over the releases a unit can reach otherwise (:func:`~beam_dp.beam.selection_spec.split_share`).
+* **``replace`` with keys or windows**: the number of records in each key and window is
+  public, as the dataset size is under ``replace``; a neighbour changes a unit's records
+  within the keys and windows they are in (the seed's villages: a vote is switched, the voter
+  stays in the village). A unit that may move between keys or windows is protected under
+  ``add_remove``, where a move is two steps (2ε).
   Each per-key ledger entry records its own ε (and ρ) and ``max_keys_per_unit: m``; to charge
   a :class:`~beam_dp.accounting.PrivacyBudget` record ``m`` of them per window
   (:func:`ledger_entries_to_record`).

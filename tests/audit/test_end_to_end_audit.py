@@ -1059,7 +1059,7 @@ def neighbours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, t
     yield out
 
 
-def _audit_case(case: Case, run_d: Run, run_dp: Run) -> AuditResult:
+def _audit_case(case: Case, run_d: Run, run_dp: Run, *, steps: int = 1) -> AuditResult:
     for run, label in ((run_d, "D"), (run_dp, "D'")):
         if case.name in run.errors:
             raise AssertionError(f"{case.name} on {label}: {run.errors[case.name]}")
@@ -1071,7 +1071,7 @@ def _audit_case(case: Case, run_d: Run, run_dp: Run) -> AuditResult:
     groups_d = [g for n in names for g in run_d.groups.get(n, [])]
     groups_dp = [g for n in names for g in run_dp.groups.get(n, [])]
     assert groups_d, f"{case.name}: no sampler call was captured"
-    return audit(groups_d, groups_dp, epsilon=case.epsilon, delta=case.delta)
+    return audit(groups_d, groups_dp, epsilon=steps * case.epsilon, delta=steps * case.delta)
 
 
 @pytest.mark.slow
@@ -1159,28 +1159,35 @@ MOVING_CASES = [
 
 @pytest.fixture(scope="module")
 def moved() -> Iterator[tuple[Run, Run]]:
-    """``replace`` neighbours: the unit's record is in "de" (first window) in one, in "fr"
-    (second window) in the other."""
+    """The unit's record is in "de" (first window) in one dataset, in "fr" (second window) in
+    the other: two add/remove steps apart (removed from one key or window, added to another).
+
+    Under ``replace``, keys and windows are *not* what a neighbour changes: a per-key or
+    windowed release under ``replace`` treats each key's and window's number of records as
+    public (the seeds' villages: a vote is switched, the voter stays in the village), so a
+    neighbour changes a unit's values within its keys and windows. A unit that may move
+    between keys or windows is protected under ``add_remove``, where a move is two steps.
+    """
     with pytest.MonkeyPatch.context() as monkeypatch:
         install_recorders(monkeypatch)
         run_d = run_cases(
-            MOVING_CASES, "replace", None, _moving_windows(0), memory=_moving_batches("de")
+            MOVING_CASES, "add_remove", None, _moving_windows(0), memory=_moving_batches("de")
         )
         run_dp = run_cases(
-            MOVING_CASES, "replace", None, _moving_windows(1), memory=_moving_batches("fr")
+            MOVING_CASES, "add_remove", None, _moving_windows(1), memory=_moving_batches("fr")
         )
     yield run_d, run_dp
 
 
 @pytest.mark.parametrize("name", [case.name for case in MOVING_CASES])
-def test_replace_a_unit_that_moves_to_another_key_or_window(
+def test_a_unit_that_moves_to_another_key_or_window_costs_two_add_remove_steps(
     moved: tuple[Run, Run], name: str
 ) -> None:
-    # Under replace, one unit's records change: with max_keys_per_unit = 1 (or
-    # max_windows_per_unit = 1) it leaves one key (window) and enters another, so two
-    # releases change. Together they must cost at most ε.
+    # With max_keys_per_unit = 1 (or max_windows_per_unit = 1) the unit leaves one key
+    # (window) and enters another, so two releases change: together they cost at most 2ε
+    # (group privacy over the two add/remove steps), and each one at most ε.
     case = next(case for case in MOVING_CASES if case.name == name)
-    result = _audit_case(case, *moved)
+    result = _audit_case(case, *moved, steps=2)
     assert result.changed_releases == 2
 
 
