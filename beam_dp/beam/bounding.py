@@ -5,15 +5,27 @@ its privacy units into at most ``num_shards`` sub-batches keyed by shard; a ``Gr
 brings every row of a unit to one shard, whatever file, worker or process it came from; the
 shard's rows are concatenated and bounded with numpy (:func:`beam_dp.batching.bound_rows`).
 
-**Windows.** On windowed (bounded) input the shuffle also brings together a unit's rows from
-*every* window: each batch is tagged with its window, re-windowed into the global window for
-the shuffle, and each unit keeps the rows of at most ``max_windows_per_unit`` of its windows,
-chosen by a salted priority over its distinct (unit, window) pairs (a function of the unit's
-own windows and the run's salt only). Within each kept window the usual bounds apply; the kept
-rows then go back to their own windows. So a unit influences at most ``max_windows_per_unit``
-windows' releases, and a windowed statistic that runs each window at
-``ε / max_windows_per_unit`` is ε-DP per unit over all its windows. :func:`check_windowing`
-holds the rules on which windowings are accepted.
+**Windows.** On windowed input each unit keeps rows in at most ``max_windows_per_unit`` of
+its windows, and the usual bounds apply within each kept window; the kept rows then go back
+to their own windows. So a unit influences at most ``max_windows_per_unit`` windows'
+releases, and a windowed statistic that runs each window at ``ε / max_windows_per_unit`` is
+ε-DP per unit over all its windows. :func:`check_windowing` holds the rules on which
+windowings are accepted. Which windows a unit keeps:
+
+* **Bounded (batch) input**: the shuffle brings together a unit's rows from *every* window
+  (each batch is tagged with its window and re-windowed into the global window); the unit
+  keeps its windows of lowest salted priority over its distinct (unit, window) pairs
+  (:func:`kept_windows`: a function of the unit's own windows and the run's salt only).
+* **Unbounded (streaming) input**: the future is unknown, so the unit keeps the *first*
+  ``max_windows_per_unit`` distinct windows its rows arrive in, in the order the bounding
+  step receives them, and every later row in one of those windows; rows in any other window
+  are dropped (:class:`WindowAdmissions`: a function of the unit's own rows and their
+  arrival order only, never of other units' rows). The admitted windows are *per-unit state*
+  kept in the global window for the life of the job: about ``8 · (1 + max_windows_per_unit)``
+  bytes per unit ever seen, plus one entry per distinct window, spread over ``num_shards``
+  state keys (each batch reads and rewrites its shard's state, so raise ``num_shards`` for
+  many units). The state never expires: a time-to-live would let a unit come back with
+  fresh windows and break the bound.
 
 **Telemetry.** By default nothing data-dependent reaches a metric or a log line. Exact counts
 (rows read, bad records skipped, records with an unknown candidate or key, rows kept and
@@ -28,14 +40,16 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
-from apache_beam.coders import Coder
+from apache_beam.coders import Coder, PickleCoder
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import (
     BoundedWindow,
     FixedWindows,
@@ -63,6 +77,7 @@ __all__ = [
     "BoundContributions",
     "EncodeBatches",
     "MatchBoundedWindows",
+    "WindowAdmissions",
     "check_windowing",
     "kept_windows",
 ]
@@ -81,10 +96,9 @@ def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_uni
       or split windows, so no per-window release has a fixed neighbour.
     * Record-level privacy (``unit_level=False``): ``FixedWindows`` only, which put each
       record in exactly one window (sliding windows put a record in several).
-    * Unit-level privacy: any non-merging windowing (fixed, sliding) of **bounded** input;
-      a unit's windows are bounded by ``max_windows_per_unit`` in the shuffle. Unbounded
-      (streaming) input with windows is refused: bounding a unit's windows there needs
-      per-unit state across windows, which is not implemented yet.
+    * Unit-level privacy: any non-merging windowing (fixed, sliding), bounded or unbounded;
+      a unit's windows are bounded by ``max_windows_per_unit`` in the shuffle (bounded
+      input) or with per-unit state (unbounded input), see :class:`BoundContributions`.
 
     Raises:
         ValueError: naming the windowing and the rule, when the pipeline is built.
@@ -105,21 +119,12 @@ def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_uni
             "which private transforms refuse: one unit's records can merge or split windows, "
             "so no window's release would be private; use FixedWindows or SlidingWindows"
         )
-    if not unit_level:
-        if not isinstance(windowfn, FixedWindows):
-            raise ValueError(
-                f"with record-level privacy (unit_column=None) the input may be windowed only "
-                f"with FixedWindows, which put each record in one window; received {name}. "
-                "Give a unit_column (and max_windows_per_unit) to bound the windows a unit "
-                "reaches"
-            )
-        return True
-    if not pcoll.is_bounded:
+    if not unit_level and not isinstance(windowfn, FixedWindows):
         raise ValueError(
-            "bounding the windows a unit reaches (max_windows_per_unit) is implemented for "
-            "bounded (batch) input only; this input is unbounded (streaming) and windowed "
-            f"({name}). Run the job in batch mode, or use record-level privacy "
-            "(unit_column=None) with FixedWindows"
+            f"with record-level privacy (unit_column=None) the input may be windowed only "
+            f"with FixedWindows, which put each record in one window; received {name}. "
+            "Give a unit_column (and max_windows_per_unit) to bound the windows a unit "
+            "reaches"
         )
     return True
 
@@ -367,6 +372,138 @@ class _BoundWindowsFn(beam.DoFn):
             self._dropped.inc(offset - kept_total)
 
 
+_I64 = npt.NDArray[np.int64]
+_FREE = -1  # an empty slot in WindowAdmissions.slots
+
+
+def _no_units() -> _U64:
+    return np.zeros(0, dtype=np.uint64)
+
+
+def _no_slots() -> _I64:
+    return np.zeros((0, 1), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class WindowAdmissions:
+    """Per-unit state of the streaming window bound: the windows each unit was admitted in.
+
+    A unit is admitted in the first ``limit`` distinct windows its rows arrive in (in the
+    order :meth:`admit` sees them), and only in those: a row survives if and only if its
+    window is one of them. Each :meth:`admit` call returns a new state; nothing is mutated.
+
+    Attributes:
+        limit: the windows admitted per unit (``max_windows_per_unit``).
+        units: the unit hashes seen so far, sorted.
+        slots: one row per unit of ``units``, ``limit`` window numbers (positions in
+            ``windows``) filled from the left; ``-1`` is a free slot.
+        windows: the number given to each window encoding seen so far.
+
+    Size: ``8 · (1 + limit)`` bytes per unit ever seen, plus one entry per distinct window.
+
+    **Privacy:** which rows of a unit survive depends only on that unit's own rows (their
+    windows and arrival order); another unit's rows never change a unit's admitted windows,
+    so adding or removing a unit changes only that unit's rows in at most ``limit`` windows.
+    """
+
+    limit: int
+    units: _U64 = field(default_factory=_no_units)
+    slots: _I64 = field(default_factory=_no_slots)
+    windows: dict[_WindowTag, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise ValueError(f"'limit' must be an integer >= 1; received {self.limit!r}")
+        if self.units.size == 0 and self.slots.size == 0:  # the empty state of any limit
+            object.__setattr__(self, "slots", np.zeros((0, self.limit), dtype=np.int64))
+        if self.slots.shape != (self.units.size, self.limit):
+            raise ValueError("'slots' must have one row of 'limit' slots per unit")
+
+    def admit(
+        self, window: _WindowTag, units: _U64
+    ) -> tuple[npt.NDArray[np.bool_], WindowAdmissions]:
+        """Which rows of one window survive, and the state after them.
+
+        Args:
+            window: the encoding of the rows' window (all the rows are in it).
+            units: the unit hash of each row.
+
+        Returns:
+            A boolean mask over ``units`` (a row survives if its unit is, or now becomes,
+            admitted in ``window``) and the new state. A unit with free slots becomes
+            admitted in ``window``; a unit whose slots are full keeps its windows.
+        """
+        if units.size == 0:
+            return np.zeros(0, dtype=bool), self
+        windows = self.windows
+        number = windows.get(window)
+        if number is None:
+            number = len(windows)
+            windows = {**windows, window: number}
+        distinct, row_of = np.unique(units, return_inverse=True)
+        at = np.searchsorted(self.units, distinct)
+        known = at < self.units.size
+        known[known] = self.units[at[known]] == distinct[known]
+        admitted = np.ones(distinct.size, dtype=bool)  # a new unit has all its slots free
+        slots = self.slots.copy()
+        rows = slots[at[known]]
+        already = (rows == number).any(axis=1)
+        free = rows[:, -1] == _FREE  # slots fill from the left
+        admitted[known] = already | free
+        fill = free & ~already
+        if fill.any():
+            column = np.argmax(rows[fill] == _FREE, axis=1)
+            slots[at[known][fill], column] = number
+        new = ~known
+        if new.any():
+            first = np.full((int(new.sum()), self.limit), _FREE, dtype=np.int64)
+            first[:, 0] = number
+            # ``distinct`` is sorted, so the positions ``at`` are too: the result stays sorted.
+            merged_units = np.insert(self.units, at[new], distinct[new])
+            slots = np.insert(slots, at[new], first, axis=0)
+        else:
+            merged_units = self.units
+        state = WindowAdmissions(self.limit, merged_units, slots, windows)
+        return admitted[row_of.reshape(-1)], state
+
+
+_ADMITTED = ReadModifyWriteStateSpec("admitted_windows", PickleCoder())
+_ADMITTED_STATE = beam.DoFn.StateParam(_ADMITTED)
+
+
+class _AdmitWindowsFn(beam.DoFn):
+    """Keep a shard's rows only in the first ``max_windows_per_unit`` windows of each unit.
+
+    Input: ``(shard, (window encoding, rows))`` in the global window, keyed so that every
+    row of a unit reaches the same state. Output: ``(window encoding, admitted rows)`` with
+    the input's timestamp (``_RestoreWindows`` puts them back in their own windows).
+    """
+
+    def __init__(self, max_windows_per_unit: int) -> None:
+        super().__init__()
+        self._limit = max_windows_per_unit
+        self._exact_counts = exact_counts_enabled()
+        if self._exact_counts:
+            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+
+    def process(
+        self,
+        element: tuple[int, tuple[_WindowTag, ColumnBatch]],
+        admitted: Any = _ADMITTED_STATE,
+    ) -> Iterator[tuple[_WindowTag, ColumnBatch]]:
+        _, (tag, batch) = element
+        state = admitted.read()
+        if state is None:
+            state = WindowAdmissions(self._limit)
+        keep, state = state.admit(tag, batch[UNIT])
+        admitted.write(state)
+        kept = int(np.count_nonzero(keep))
+        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
+            self._dropped.inc(keep.size - kept)
+        if kept:
+            yield tag, take(batch, np.flatnonzero(keep))
+
+
 class _TaggedWindows(NonMergingWindowFn):
     """Assign each ``(window encoding, element)`` to the window it encodes.
 
@@ -447,10 +584,16 @@ class BoundContributions(beam.PTransform):
 
     Output: column batches in which every unit's rows of one window are together and within
     ``bounds``. On windowed input each unit keeps the rows of at most
-    ``max_windows_per_unit`` of its windows (chosen by a salted priority over the unit's
-    own windows), and ``bounds`` hold in each of them; the output is in the input's windows.
-    The windowings accepted are those of :func:`check_windowing` (no merging windows, no
-    unbounded windowed input).
+    ``max_windows_per_unit`` of its windows, and ``bounds`` hold in each of them; the output
+    is in the input's windows. Which windows: on bounded input, those of lowest salted
+    priority over the unit's own windows (:func:`kept_windows`); on unbounded input, the
+    first ones its rows arrive in (:class:`WindowAdmissions`, per-unit state that lives as
+    long as the job: see the module docstring for its size). The windowings accepted are
+    those of :func:`check_windowing` (no merging windows).
+
+    **Privacy:** every rule above is a function of one unit's own rows (and the salt), so a
+    unit's presence changes only its own rows, in at most ``max_windows_per_unit`` windows
+    and within ``bounds`` in each.
     """
 
     def __init__(
@@ -488,6 +631,21 @@ class BoundContributions(beam.PTransform):
             )
         windowfn = pcoll.windowing.windowfn
         coder = windowfn.get_window_coder()
+        if not pcoll.is_bounded:
+            return (
+                pcoll
+                | "TagWindow" >> beam.ParDo(_TagWindowFn(coder))
+                | "OneWindowForTheState" >> beam.WindowInto(GlobalWindows())
+                | "SplitByUnitShard" >> beam.FlatMap(_split_tagged_to_shards, self._num_shards)
+                | "AdmitWindows"
+                >> beam.ParDo(_AdmitWindowsFn(self._max_windows)).with_input_types(
+                    beam.typehints.Tuple[int, Any]  # an int key: a deterministic state key
+                )
+                | "RestoreWindows" >> _RestoreWindows(windowfn)
+                | "SplitWindowByUnitShard" >> beam.FlatMap(_split_to_shards, self._num_shards)
+                | "GroupUnitsInWindow" >> beam.GroupByKey()
+                | "BoundInWindow" >> beam.ParDo(_BoundShardFn(self._bounds, self._salt))
+            )
         return (
             pcoll
             | "TagWindow" >> beam.ParDo(_TagWindowFn(coder))
