@@ -52,7 +52,8 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   transforms (:mod:`beam_dp.beam.selection`).
 * **Windows**: each window gets its own release (``Release.window``). With a
   ``unit_column``, bounding keeps each unit's rows in at most ``max_windows_per_unit``
-  windows (default 1; bounded input only) and the bounds hold within each window. The
+  windows (default 1; on unbounded input the first ones its rows arrive in, kept as per-unit
+  state, see :mod:`beam_dp.beam.bounding`) and the bounds hold within each window. The
   windowings refused, and the rule on which windows release (a window releases iff it holds
   an input element, whatever bounding drops), are those of the selection transforms
   (:mod:`beam_dp.beam.selection`): *which windows exist* is not protected (feed a batch with

@@ -34,16 +34,18 @@ Privacy, common to every transform here:
   ``r`` records in the data is protected only at ``r·ε`` (group privacy). Use it only when
   each person contributes one record (a survey with one row per respondent), or knowingly.
 * **Empty input** still yields a release in the global window (all scores zero).
-* **Windows**: on a windowed PCollection (e.g. ``beam.WindowInto(FixedWindows(...))`` of
-  bounded input) each window gets its own release (``Release.window`` gives its bounds).
-  Contribution bounding also bounds the windows a unit reaches: each unit keeps rows in at
-  most ``max_windows_per_unit`` (default 1) of its windows, chosen by a salted priority over
-  its own windows, and each window's release runs at ``ε / max_windows_per_unit`` (recorded
-  with ``max_windows_per_unit`` in its ``contribution_bounds``), so the releases of all
-  windows together are ε-DP per unit. Refused, when the pipeline is built: merging windows
-  (``Sessions``), windowed unbounded (streaming) input with a ``unit_column`` (per-unit state
-  across windows is not implemented), windows other than ``FixedWindows`` with record-level
-  privacy, and ``max_windows_per_unit > 1`` in the global window
+* **Windows**: on a windowed PCollection (e.g. ``beam.WindowInto(FixedWindows(...))``,
+  bounded or unbounded) each window gets its own release (``Release.window`` gives its
+  bounds). Contribution bounding also bounds the windows a unit reaches: each unit keeps rows
+  in at most ``max_windows_per_unit`` (default 1) of its windows (on bounded input chosen by
+  a salted priority over its own windows; on unbounded, streaming input the first ones its
+  rows arrive in, kept as per-unit state for the life of the job, see
+  :mod:`beam_dp.beam.bounding`), and each window's release runs at
+  ``ε / max_windows_per_unit`` (recorded with ``max_windows_per_unit`` in its
+  ``contribution_bounds``), so the releases of all windows together are ε-DP per unit.
+  Refused, when the pipeline is built: merging windows (``Sessions``), windows other than
+  ``FixedWindows`` with record-level privacy, and ``max_windows_per_unit > 1`` in the global
+  window
   (:func:`~beam_dp.beam.bounding.check_windowing`). A window releases if and only if it holds
   at least one input element (even if all its records are dropped as bad, unknown or by
   bounding; the rule, :func:`~beam_dp.beam.selection_core.window_markers`, is the quantile
