@@ -314,11 +314,11 @@ def test_merging_windows_are_refused(make: Any) -> None:
 
 
 @pytest.mark.parametrize("make", [_top, _median])
-def test_unbounded_windowed_input_with_units_is_refused(make: Any) -> None:
+def test_unbounded_windowed_input_with_units_is_accepted(make: Any) -> None:
+    # Bounded by per-unit state (tests/beam/test_windows_streaming.py).
     pipeline = beam.Pipeline()
     stream = test_stream.TestStream().add_elements([{"u": ["a"], "c": ["a"], "v": [0.5]}])
-    with pytest.raises(ValueError, match=r"bounded \(batch\) input only; this input is unbounded"):
-        _ = pipeline | stream | beam.WindowInto(window.FixedWindows(10)) | make()
+    _ = pipeline | stream | beam.WindowInto(window.FixedWindows(10)) | make()
 
 
 def test_record_level_privacy_accepts_fixed_windows_only() -> None:
