@@ -354,6 +354,35 @@ class DatasetStatus:
         return result
 
 
+def _dataset_status(
+    name: str,
+    data: dict[str, Any],
+    period: Period,
+    committed: Cost,
+    held: Cost,
+    *,
+    committed_all_periods: Cost | None = None,
+    periods: int = 0,
+    open_runs: tuple[RunRecord, ...] = (),
+) -> DatasetStatus:
+    """A dataset's status from its checked row (``Ledger._dataset_row``) and its period."""
+    return DatasetStatus(
+        name=name,
+        composition=data["composition"],
+        relation=data["relation"],
+        renewal=data["renewal"],
+        note=data["note"],
+        created_at=data["created_at"],
+        period=period,
+        conversion_delta=data["delta"],
+        committed=committed,
+        reserved=held,
+        committed_all_periods=Cost() if committed_all_periods is None else committed_all_periods,
+        periods=periods,
+        open_runs=open_runs,
+    )
+
+
 def check_dataset_name(name: object) -> str:
     """Return ``name`` if it is a dataset name (letters, digits, ``_.:-``, at most 128)."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -889,17 +918,12 @@ class Ledger:
             open_runs = self._runs(
                 transaction, "r.dataset = ? AND r.state IN ('reserved', 'abandoned')", (name,)
             )
-        return DatasetStatus(
-            name=name,
-            composition=data["composition"],
-            relation=data["relation"],
-            renewal=data["renewal"],
-            note=data["note"],
-            created_at=data["created_at"],
-            period=period,
-            conversion_delta=data["delta"],
-            committed=committed,
-            reserved=held,
+        return _dataset_status(
+            name,
+            data,
+            period,
+            committed,
+            held,
             committed_all_periods=all_committed,
             periods=periods,
             open_runs=tuple(open_runs),
@@ -1012,20 +1036,7 @@ class Ledger:
             committed, held = self._period_charges(transaction, period)
             remaining = period.allowance - committed - held
             if not remaining.covers(plan.cost):
-                status = DatasetStatus(
-                    name=dataset,
-                    composition=kind,
-                    relation=data["relation"],
-                    renewal=data["renewal"],
-                    note=data["note"],
-                    created_at=data["created_at"],
-                    period=period,
-                    conversion_delta=data["delta"],
-                    committed=committed,
-                    reserved=held,
-                    committed_all_periods=Cost(),
-                    periods=0,
-                )
+                status = _dataset_status(dataset, data, period, committed, held)
                 renews = (
                     f"; the allowance renews at {_shown_time(period.ends_at)}"
                     if period.ends_at is not None and data["renewal"] != "none"
