@@ -1,8 +1,7 @@
 """A private distribution of a column: exact KS synthetic samples on a public grid (seed 004).
 
-Public API:
-    sample_ks_synthetic, ks_pmf_bruteforce, ks_accuracy_bound, ks_deviation,
-    cumulative_counts_from_slots, ks_suggested_k, KSMechanism, MAX_CELLS
+The mechanism, its privacy and its exact sampler are described in :mod:`.ks`; its public
+names are listed once, in ``__all__`` below.
 """
 
 from beam_dp.mechanisms.cdf.ks import (

@@ -103,17 +103,6 @@ from beam_dp.mechanisms.cdf.exact_reals import (
 )
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
-__all__ = [
-    "MAX_CELLS",
-    "KSMechanism",
-    "cumulative_counts_from_slots",
-    "ks_accuracy_bound",
-    "ks_deviation",
-    "ks_pmf_bruteforce",
-    "ks_suggested_k",
-    "sample_ks_synthetic",
-]
-
 #: The largest ``m * (k + 1)`` accepted: the number of (grid point, count) cells.
 MAX_CELLS = 1 << 24
 
