@@ -221,24 +221,39 @@ def _split_to_shards(batch: ColumnBatch, num_shards: int) -> Iterator[tuple[int,
             yield int(shard[rows[0]]), take(batch, rows)
 
 
+class _BoundingCounts:
+    """The exact rows kept and dropped by a bounding step, as metrics.
+
+    Built in a DoFn's ``__init__`` (in the driver) and pickled with it, so the operator's
+    switch read here holds on every worker. NOT PRIVATE: without the switch nothing is counted.
+    """
+
+    def __init__(self) -> None:
+        self._enabled = exact_counts_enabled()
+        if self._enabled:
+            self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
+            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+
+    def record(self, kept: int, total: int) -> None:
+        """Count ``kept`` rows of ``total`` as kept and the rest as dropped (switch on only)."""
+        if self._enabled:  # NOT PRIVATE: only behind the operator's switch
+            self._kept.inc(kept)
+            self._dropped.inc(total - kept)
+
+
 class _BoundShardFn(beam.DoFn):
     def __init__(self, bounds: ContributionBounds, salt: int):
         super().__init__()
         self._bounds = bounds
         self._salt = salt
-        self._exact_counts = exact_counts_enabled()
-        if self._exact_counts:
-            self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
-            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+        self._counts = _BoundingCounts()
 
     def process(self, element: tuple[int, Iterable[ColumnBatch]]) -> Iterator[ColumnBatch]:
         _, batches = element
         rows = concat_batches(batches)
         bounded = bound_rows(rows, self._bounds, self._salt)
         kept = num_rows(bounded)
-        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
-            self._kept.inc(kept)
-            self._dropped.inc(num_rows(rows) - kept)
+        self._counts.record(kept, num_rows(rows))
         if kept:
             yield bounded
 
@@ -333,10 +348,7 @@ class _BoundWindowsFn(beam.DoFn):
         self._salt = salt
         self._limit = max_windows_per_unit
         self._coder = coder
-        self._exact_counts = exact_counts_enabled()
-        if self._exact_counts:
-            self._kept = Metrics.counter(_NAMESPACE, "rows_kept_after_bounding")
-            self._dropped = Metrics.counter(_NAMESPACE, "rows_dropped_by_bounding")
+        self._counts = _BoundingCounts()
 
     def process(
         self, element: tuple[int, Iterable[tuple[_WindowTag, ColumnBatch]]]
@@ -367,9 +379,7 @@ class _BoundWindowsFn(beam.DoFn):
             if kept:
                 window = self._coder.decode(tag)
                 yield TimestampedValue((tag, bounded), window.max_timestamp())
-        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
-            self._kept.inc(kept_total)
-            self._dropped.inc(offset - kept_total)
+        self._counts.record(kept_total, offset)
 
 
 _I64 = npt.NDArray[np.int64]
