@@ -11,6 +11,7 @@ from typing import Any
 
 import apache_beam as beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_dp import telemetry
@@ -34,18 +35,23 @@ class _Dump(beam.DoFn):
                 pickle.dump(self._items, handle)
 
 
-Collect = Callable[[Callable[[beam.Pipeline], Any]], list[tuple[Any, Any]]]
+Collect = Callable[..., list[tuple[Any, Any]]]
 
 
 @pytest.fixture
 def collect(tmp_path: Path) -> Collect:
-    """``collect(build)`` runs ``build(pipeline)`` on the in-process FnApiRunner and returns
-    the ``(element, window)`` pairs of the PCollection it returns."""
+    """``collect(build, runner=None, options=None)`` runs ``build(pipeline)`` on ``runner``
+    (the in-process FnApiRunner by default) with ``options`` and returns the
+    ``(element, window)`` pairs of the PCollection it returns."""
 
-    def run(build: Callable[[beam.Pipeline], Any]) -> list[tuple[Any, Any]]:
+    def run(
+        build: Callable[[beam.Pipeline], Any],
+        runner: Any = None,
+        options: PipelineOptions | None = None,
+    ) -> list[tuple[Any, Any]]:
         directory = tmp_path / uuid.uuid4().hex
         directory.mkdir()
-        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        with beam.Pipeline(runner=runner or FnApiRunner(), options=options) as pipeline:
             _ = build(pipeline) | "Collect" >> beam.ParDo(_Dump(str(directory)))
         found: list[tuple[Any, Any]] = []
         for path in directory.iterdir():

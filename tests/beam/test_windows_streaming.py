@@ -10,11 +10,7 @@ the bounding step receives the batches is the order of the stream's events.
 from __future__ import annotations
 
 import math
-import os
-import pickle
-import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -42,45 +38,23 @@ def window_name(index: int) -> str:
     return f"[{start}, {end})"
 
 
-class _Dump(beam.DoFn):
-    """Pickle each bundle's elements (with their window) into one file."""
-
-    def __init__(self, directory: str) -> None:
-        self._directory = directory
-
-    def start_bundle(self) -> None:
-        self._items: list[tuple[Any, Any]] = []
-
-    def process(self, element: Any, window: Any = beam.DoFn.WindowParam) -> None:
-        self._items.append((element, window))
-
-    def finish_bundle(self) -> None:
-        if self._items:
-            with open(os.path.join(self._directory, uuid.uuid4().hex), "wb") as handle:
-                pickle.dump(self._items, handle)
-
-
 def run_stream(
-    tmp_path: Path,
+    collect: Any,
     stream: test_stream.TestStream,
     build: Callable[[Any], Any],
     windowfn: Any = None,
 ) -> list[tuple[Any, Any]]:
     """``build(windowed stream)`` on the streaming DirectRunner; its ``(element, window)``s."""
-    directory = tmp_path / uuid.uuid4().hex
-    directory.mkdir()
     options = PipelineOptions([])
     options.view_as(StandardOptions).streaming = True
-    with beam.Pipeline(runner=BundleBasedDirectRunner(), options=options) as pipeline:
+
+    def whole(pipeline: beam.Pipeline) -> Any:
         windows = beam.WindowInto(windowfn or window.FixedWindows(SIZE))
         data = pipeline | stream | "Windows" >> windows
         assert not data.is_bounded
-        _ = build(data) | "Collect" >> beam.ParDo(_Dump(str(directory)))
-    found: list[tuple[Any, Any]] = []
-    for path in directory.iterdir():
-        with open(path, "rb") as handle:
-            found.extend(pickle.load(handle))
-    return found
+        return build(data)
+
+    return collect(whole, runner=BundleBasedDirectRunner(), options=options)
 
 
 def spam_stream(order: Sequence[int]) -> test_stream.TestStream:
@@ -103,10 +77,10 @@ def window_index(win: window.IntervalWindow) -> int:
 
 @pytest.mark.parametrize("order", [(0, 1, 2, 3, 4), (3, 0, 4, 1, 2)])
 def test_a_unit_keeps_rows_in_the_first_windows_it_arrives_in(
-    tmp_path: Path, order: tuple[int, ...]
+    collect: Any, order: tuple[int, ...]
 ) -> None:
     found = run_stream(
-        tmp_path,
+        collect,
         spam_stream(order),
         lambda data: (
             data
@@ -128,7 +102,7 @@ def test_a_unit_keeps_rows_in_the_first_windows_it_arrives_in(
         assert [v for v in values if v != SPAM] == [float(index)]
 
 
-def test_sliding_windows_count_every_window_a_row_is_in(tmp_path: Path) -> None:
+def test_sliding_windows_count_every_window_a_row_is_in(collect: Any) -> None:
     # One row at t=7 lies in the sliding windows [0, 10) and [5, 15): one window is kept.
     stream = (
         test_stream.TestStream()
@@ -136,7 +110,7 @@ def test_sliding_windows_count_every_window_a_row_is_in(tmp_path: Path) -> None:
         .advance_watermark_to_infinity()
     )
     found = run_stream(
-        tmp_path,
+        collect,
         stream,
         lambda data: (
             data
@@ -247,7 +221,7 @@ class _SpamPresent(beam.CombineFn):
 
 
 def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
-    tmp_path: Path,
+    collect: Any,
 ) -> None:
     # Windows 0-4 as in the bounding test, plus window 5 that holds only a record every
     # transform drops (an unknown candidate, a NaN value): it releases all the same.
@@ -304,7 +278,7 @@ def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
         )
         return (probe, top, median, quartiles) | beam.Flatten()
 
-    releases: list[Release] = [element for element, _ in run_stream(tmp_path, events, build)]
+    releases: list[Release] = [element for element, _ in run_stream(collect, events, build)]
     by_name: dict[str, list[Release]] = {}
     for release in releases:
         by_name.setdefault(release.statistic if release.name != "probe" else "probe", []).append(
