@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from beam_dp import telemetry
+from beam_dp.batching import VALUE
 
 
 class _Dump(beam.DoFn):
@@ -70,3 +72,30 @@ def exact_counts() -> Iterator[None]:
         yield
     finally:
         telemetry.disable_exact_counts()
+
+
+class _MarkerPresent(beam.CombineFn):
+    """Scores ["spam", "no spam"]: whether a row whose value is ``marker`` reached the window
+    (a probe: the flooding unit's rows carry the marker)."""
+
+    def __init__(self, marker: float) -> None:
+        self._marker = marker
+
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add_input(self, accumulator: int, batch: dict[str, Any]) -> int:
+        return accumulator + int(np.count_nonzero(batch[VALUE] == self._marker))
+
+    def merge_accumulators(self, accumulators: Any) -> int:
+        return sum(accumulators)
+
+    def extract_output(self, accumulator: int) -> list[int]:
+        return [1, 0] if accumulator else [0, 1]
+
+
+@pytest.fixture
+def marker_present() -> Callable[[float], beam.CombineFn]:
+    """``marker_present(value)``: a score over ["spam", "no spam"], whether a row with that
+    value reached the window."""
+    return _MarkerPresent

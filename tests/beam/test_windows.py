@@ -126,31 +126,17 @@ def test_kept_windows_are_uniform_over_salts() -> None:
 # ----------------------------------------------------------------- releases and ledgers
 
 
-class _SpamPresent(beam.CombineFn):
-    """Scores ["spam", "no spam"]: whether the flooding unit's rows reached the window."""
-
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add_input(self, accumulator: int, batch: dict[str, Any]) -> int:
-        return accumulator + int(np.count_nonzero(batch[VALUE] == SPAM))
-
-    def merge_accumulators(self, accumulators: Any) -> int:
-        return sum(accumulators)
-
-    def extract_output(self, accumulator: int) -> list[int]:
-        return [1, 0] if accumulator else [0, 1]
-
-
 def releases_of(found: list[tuple[Any, Any]]) -> list[Release]:
     return [element for element, _ in found]
 
 
-def test_windowed_releases_run_at_epsilon_over_max_windows(collect: Any) -> None:
+def test_windowed_releases_run_at_epsilon_over_max_windows(
+    collect: Any, marker_present: Any
+) -> None:
     def build(p: beam.Pipeline) -> Any:
         data = windowed(p, spam_in_every_window())
         probe = data | "Probe" >> ExponentialSelect.Globally(
-            _SpamPresent(),
+            marker_present(SPAM),  # whether the flooding unit reached the window
             candidates=["spam", "no spam"],
             epsilon=400.0,  # 200 per window: the release shows the scores
             sensitivity=1,

@@ -204,24 +204,8 @@ def test_window_admissions_validate_the_limit() -> None:
 # ----------------------------------------------------------------- releases and ledgers
 
 
-class _SpamPresent(beam.CombineFn):
-    """Scores ["spam", "no spam"]: whether the flooding unit's rows reached the window."""
-
-    def create_accumulator(self) -> int:
-        return 0
-
-    def add_input(self, accumulator: int, batch: dict[str, Any]) -> int:
-        return accumulator + int(np.count_nonzero(batch[VALUE] == SPAM))
-
-    def merge_accumulators(self, accumulators: Any) -> int:
-        return sum(accumulators)
-
-    def extract_output(self, accumulator: int) -> list[int]:
-        return [1, 0] if accumulator else [0, 1]
-
-
 def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
-    collect: Any,
+    collect: Any, marker_present: Any
 ) -> None:
     # Windows 0-4 as in the bounding test, plus window 5 that holds only a record every
     # transform drops (an unknown candidate, a NaN value): it releases all the same.
@@ -235,7 +219,7 @@ def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
 
     def build(data: Any) -> Any:
         probe = data | "Probe" >> ExponentialSelect.Globally(
-            _SpamPresent(),
+            marker_present(SPAM),  # whether the flooding unit reached the window
             candidates=["spam", "no spam"],
             epsilon=400.0,  # 200 per window: the release shows the scores
             sensitivity=1,
