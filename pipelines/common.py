@@ -71,6 +71,7 @@ __all__ = [
     "run_and_write",
     "run_single",
     "run_statistics",
+    "wait_for",
 ]
 
 _LOG = logging.getLogger("beam_dp.pipelines")
@@ -327,6 +328,21 @@ class _WriteRelease(beam.DoFn):
             handle.write(json.dumps(release.to_dict()).encode("utf-8"))
 
 
+def wait_for(result: Any) -> Any:
+    """Wait until a pipeline's run ends; return its result.
+
+    Whatever the outcome, the Dask runner's ``distributed.Client`` (``result.client``) is
+    closed: the run is over, and an open client would hold its sockets until collected.
+    """
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the Dask runner's distributed.Client
+        if client is not None:
+            client.close()
+    return result
+
+
 def run_and_write(
     build: Callable[[beam.Pipeline], Sequence[PCollection]],
     *,
@@ -362,13 +378,7 @@ def run_and_write(
     _STATE.phase = "run"
     started = time.monotonic()
     try:
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()
-        finally:
-            client = getattr(result, "client", None)  # the Dask runner's distributed.Client
-            if client is not None:
-                client.close()
+        result = wait_for(pipeline.run())
         _LOG.info("the pipeline finished in %.1f s", time.monotonic() - started)
         _STATE.phase = "write"
         _log_metrics(result)

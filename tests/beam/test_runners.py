@@ -34,6 +34,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from beam_dp.batching import UNIT, ContributionBounds
 from beam_dp.beam.selection import ExponentialSelect, TopCandidates
 from beam_dp.release import Release
+from pipelines.common import wait_for
 
 # Workers in other processes cannot import this test module: ship its code by value.
 beam_cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -172,13 +173,7 @@ def run_on(runner: Any, options: PipelineOptions | None, tmp_path: Path, beam_io
     out.mkdir()
     pipeline = beam.Pipeline(runner=runner, options=options)
     build(pipeline, paths, str(out), beam_io=beam_io)
-    result = pipeline.run()
-    try:
-        result.wait_until_finish()
-    finally:
-        client = getattr(result, "client", None)  # the Dask runner's distributed.Client
-        if client is not None:
-            client.close()
+    wait_for(pipeline.run())
     check(collect(out))
 
 
