@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -87,40 +85,7 @@ def test_failed_job_leaves_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_report_shows_released_values_and_a_real_png(tmp_path: Path) -> None:
+def test_report_shows_released_values(tmp_path: Path) -> None:
     out = write_outputs(_document(), tmp_path / "out")
-    page = (out / "report.html").read_text()
-    assert "41.5" in page and "a.com" in page and "data:image/png;base64," in page
-    png = (out / "report.png").read_bytes()
-    assert png.startswith(b"\x89PNG\r\n\x1a\n")
-    import matplotlib.image
-
-    image = matplotlib.image.imread(out / "report.png")
-    assert image.shape[0] > 100 and image.shape[1] > 100
-
-
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
-def test_report_opens_in_headless_chromium(tmp_path: Path) -> None:
-    out = write_outputs(_document(), tmp_path / "out")
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        [
-            "chromium",
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={shot}",
-            "--window-size=1200,900",
-            (out / "report.html").as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    assert shot.read_bytes().startswith(b"\x89PNG")
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "41.5" in page and "a.com" in page and "median_age" in page and "top_site" in page

@@ -1,0 +1,288 @@
+"""report.html: one panel per statistic, numbers at the grid's resolution, unicode, fits 1000 px."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from beam_dp.accounting import PrivacyBudget
+from beam_dp.io.outputs import write_outputs
+from beam_dp.io.report import format_number, grid_decimals, render_report
+from beam_dp.release import Release, make_release, release_document
+
+_LONG_KEY = "Ελλάδα-" + "x" * 150  # one unbroken 157-character word: must wrap, not overflow
+
+
+def _median(value: float, key: Any = None, **accuracy: float) -> Release:
+    return make_release(
+        name="median_weight_by_country" if key is not None else "median_weight",
+        statistic="median",
+        value=value,
+        mechanism="permute_and_flip",
+        epsilon=0.5,
+        sensitivity=0.5,
+        neighbouring="add_remove",
+        monotone=False,
+        num_candidates=1801,
+        contribution_bounds={"max_contributions_per_unit": 1, "max_keys_per_unit": 1},
+        extra_accuracy={"rank_error": 20.98, "cell_width": 0.09999999999999432, **accuracy},
+        key=key,
+    )
+
+
+def _document(*releases: Release, ledger: dict[str, Any] | None = None) -> dict[str, Any]:
+    budget = PrivacyBudget(4.0, delta=1e-6)
+    first = {r.name: r.ledger for r in reversed(releases)}
+    for entry in reversed(first.values()):
+        budget.spend(entry.name, mechanism=entry.mechanism, epsilon=entry.epsilon)
+        budget.record(entry)  # a per-key statistic with one key per unit: one entry
+    document = release_document(releases, budget.to_json())
+    if ledger is not None:
+        document["budget"]["ledger"] = ledger
+    return document
+
+
+def _rich_document() -> dict[str, Any]:
+    top = make_release(
+        name="top_websites",
+        statistic="top_candidates",
+        value=["site00.example", "ünïcødé.example", "日本語.example"],
+        mechanism="permute_and_flip_top_k",
+        epsilon=0.5,
+        sensitivity=1.0,
+        neighbouring="add_remove",
+        monotone=True,
+        num_candidates=40,
+        contribution_bounds={"distinct_candidates": 1},
+        rounds=3,
+    )
+    quartiles = make_release(
+        name="weight_quartiles",
+        statistic="quantiles",
+        value=[61.760000000000005, 70.1, 78.06],
+        mechanism="permute_and_flip",
+        epsilon=0.5,
+        sensitivity=0.5,
+        neighbouring="add_remove",
+        monotone=False,
+        num_candidates=18001,
+        contribution_bounds={"max_contributions_per_unit": 1},
+        extra_accuracy={"rank_error": 55.57, "cell_width": 0.010000000000005116},
+    )
+    winner = make_release(
+        name="vote_winner",
+        statistic="election",
+        value="Melon-pan Party 🍈",
+        mechanism="permute_and_flip",
+        epsilon=0.5,
+        sensitivity=1.0,
+        neighbouring="add_remove",
+        monotone=True,
+        num_candidates=3,
+        contribution_bounds={"votes_per_unit": 1},
+    )
+    per_key = [
+        _median(v, key=k, value_error=0.8)
+        for k, v in (("de", 69.5), ("日本", 69.80000000000001), (_LONG_KEY, 70.30000000000001))
+    ]
+    ledger = {
+        "ledger": "postgresql://ledger.internal.example/" + "budgets" * 20,
+        "dataset": "sample_survey",
+        "run": 2,
+        "reserved": {"epsilon": 2.0, "delta": 0.0},
+        "period_start": "2026-11-01T00:00:00Z",
+    }
+    return _document(top, quartiles, winner, _median(41.5), *per_key, ledger=ledger)
+
+
+def _page(document: dict[str, Any]) -> str:
+    return render_report(document)
+
+
+# ------------------------------------------------------------------ numbers
+
+
+@pytest.mark.parametrize(
+    ("value", "step", "shown"),
+    [
+        (70.30000000000001, 0.1, "70.3"),
+        (70.30000000000001, 0.09999999999999432, "70.3"),
+        (69.80000000000001, 0.10000000000000853, "69.8"),
+        (61.760000000000005, 0.010000000000005116, "61.76"),
+        (20.05, 0.1, "20.05"),  # a grid offset by 0.05 keeps its digits
+        (70.30000000000001, None, "70.3"),  # no public grid: shortest, no float noise
+        (0.1 + 0.2, None, "0.3"),
+        (0.44, None, "0.44"),
+        (5.0, 5.0, "5"),
+        (-0.0, 0.1, "0.0"),
+        (7, None, "7"),
+    ],
+)
+def test_numbers_print_at_the_grid_resolution(value: float, step: float | None, shown: str) -> None:
+    assert format_number(value, step) == shown
+
+
+def test_grid_decimals() -> None:
+    assert grid_decimals(0.09999999999999432) == 1
+    assert grid_decimals(0.010000000000005116) == 2
+    assert grid_decimals(25.0) == 0
+    assert grid_decimals(0.0) is None
+    assert grid_decimals(float("nan")) is None
+
+
+# ------------------------------------------------------------------ page content
+
+
+def test_no_float_noise_no_unicode_escapes_and_a_noto_font_stack(tmp_path: Path) -> None:
+    out = write_outputs(_rich_document(), tmp_path / "out")
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert '<meta charset="utf-8">' in page
+    assert "000000" not in page and "70.3" in page and "69.8" in page and "61.76" in page
+    assert "日本" in page and "ünïcødé.example" in page and "🍈" in page
+    assert "\\u" not in page
+    assert re.search(r"font-family:[^;]*\"Noto Sans\"", page)
+    # release.json is readable UTF-8 as well, and still the same document
+    text = (out / "release.json").read_text(encoding="utf-8")
+    assert "日本" in text and "\\u" not in text
+    assert json.loads(text) == json.loads(json.dumps(_rich_document()))
+    assert sorted(p.name for p in out.iterdir()) == ["release.avro", "release.json", "report.html"]
+
+
+def _panel(page: str, name: str) -> str:
+    match = re.search(rf'<section class="panel[^"]*" id="release-{name}">(.*?)</section>', page)
+    assert match, name
+    return match.group(1)
+
+
+def test_one_panel_per_statistic_each_in_its_own_form() -> None:
+    page = _page(_rich_document())
+    assert page.count('<section class="panel') == 1 + 5  # the budget and five statistics
+    top = _panel(page, "top_websites")
+    assert re.search(
+        r'<ol class="rank"><li>site00.example</li><li>ünïcødé.example</li><li>日本語.example</li>',
+        top,
+    )
+    quartiles = _panel(page, "weight_quartiles")
+    assert quartiles.count('class="plot"') == 1 and quartiles.count('class="track"') == 1
+    assert quartiles.count('class="dot"') == 3  # three points on one axis
+    assert "61.76, 70.10, 78.06" in quartiles and "within 55.6 ranks" in quartiles
+    per_key = _panel(page, "median_weight_by_country")
+    assert per_key.count('class="plot"') == 1 and per_key.count('class="dot"') == 3
+    assert per_key.count('class="band"') == 3  # value ± value_error, in the value's units
+    assert "69.8 (± 0.8)" in per_key and "(each key)" in per_key
+    assert "within 21 ranks" in per_key and "grid step 0.1" in per_key
+    winner = _panel(page, "vote_winner")
+    assert '<p class="big">Melon-pan Party 🍈</p>' in winner
+    assert "score within" in winner and "95% confidence" in winner
+
+
+def test_a_single_number_is_printed_not_drawn_alone_on_an_empty_axis() -> None:
+    page = _page(_document(_median(70.30000000000001)))
+    assert page.count('<section class="panel') == 2
+    panel = _panel(page, "median_weight")
+    assert '<p class="big">70.3</p>' in panel and 'class="plot"' not in panel
+    # with an interval in the value's units it is drawn: the band is the point of the chart
+    page = _page(_document(_median(70.30000000000001, value_error=1.2)))
+    panel = _panel(page, "median_weight")
+    assert panel.count('class="band"') == 1 and "70.3 (± 1.2)" in panel
+
+
+def test_budget_panel_shows_each_share_the_total_what_is_left_and_the_ledger() -> None:
+    document = _rich_document()
+    budget = re.search(r'<section class="panel wide" id="budget">(.*?)</section>', _page(document))
+    assert budget
+    text = budget.group(1)
+    for share in document["budget"]["shares"]:
+        assert f"{html.escape(share['name'])}</td>" in text
+    assert "ε 2.5 spent of 4, 1.5 left" in text
+    assert "<th>total</th>" in text and ">left</td>" in text
+    assert "Ledger record" in text and "sample_survey" in text and "period start" in text
+    del document["budget"]["ledger"]
+    assert "Ledger record" not in _page(document)
+
+
+def test_a_seeded_test_generator_is_flagged() -> None:
+    document = _document(_median(41.5))
+    assert "seeded test generator" not in _page(document)
+    document["releases"][0]["rng"] = "insecure_seeded_test_generator"
+    assert "seeded test generator" in _page(document)
+
+
+# ------------------------------------------------------------------ in a browser
+
+_PROBE = """<script>
+(function () {
+  var root = document.documentElement, widest = 0;
+  document.querySelectorAll("body *").forEach(function (e) {
+    widest = Math.max(widest, e.getBoundingClientRect().right);
+  });
+  var out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = JSON.stringify({scrollWidth: root.scrollWidth, innerWidth: window.innerWidth,
+    widest: widest, text: document.body.innerText});
+  document.body.appendChild(out);
+})();
+</script>"""
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (make test installs Debian's chromium)")
+        pytest.skip("Debian's chromium is not installed (make test installs it; CI requires it)")
+    return found
+
+
+def _measure(chromium: str, page: Path, width: int, tmp_path: Path) -> dict[str, Any]:
+    """Open ``page`` at ``width`` px in headless Chromium; layout facts written by a probe."""
+    probe = tmp_path / f"probe-{width}.html"
+    probe.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", _PROBE + "</body>"), encoding="utf-8"
+    )
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / f'profile-{width}'}",
+            f"--window-size={width},900",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    match = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout.decode("utf-8"), re.S)
+    assert match, "the probe did not run"
+    facts: dict[str, Any] = json.loads(html.unescape(match.group(1)))
+    return facts
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+def test_report_fits_the_window_in_headless_chromium(width: int, tmp_path: Path) -> None:
+    chromium = _chromium()
+    document = _rich_document()
+    out = write_outputs(document, tmp_path / "out")
+    facts = _measure(chromium, out / "report.html", width, tmp_path)
+    assert facts["innerWidth"] == width  # the window really is that wide
+    assert facts["scrollWidth"] <= facts["innerWidth"], facts["scrollWidth"]
+    assert facts["widest"] <= facts["innerWidth"] + 0.5, facts["widest"]
+    for release in document["releases"]:
+        assert release["name"] in facts["text"]
+    for label in ("日本", "site00.example", "Melon-pan Party 🍈", "70.3", "Privacy budget"):
+        assert label in facts["text"]
