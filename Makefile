@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean postgresql
+.PHONY: run test lint typecheck unit bench clean postgresql chromium
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,22 @@ postgresql:
 	  echo "warning: no PostgreSQL server binaries; install postgresql for the ledger tests" >&2; \
 	fi
 
-unit: $(STAMP) postgresql
+# The report test (tests/io/test_report.py) renders report.html in headless Chromium at 1000 and
+# 1400 px, with a font that has the glyphs of unicode labels (Noto). Install Debian's chromium
+# and fonts-noto-core when missing and we may (root with apt-get); the test skips without
+# chromium only when CI is unset. Only `make test` needs them: `make run` writes the page only.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 && fc-list 2>/dev/null | grep -q 'Noto Sans'; then \
+	  :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing Debian's chromium and fonts-noto-core for the report test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends chromium fonts-noto-core >/dev/null; \
+	else \
+	  echo "warning: no chromium or Noto fonts; install chromium and fonts-noto-core" >&2; \
+	fi
+
+unit: $(STAMP) postgresql chromium
 	$(BIN)/python -m pytest -n 2 -q
 
 test: lint typecheck unit
