@@ -45,18 +45,20 @@ postgresql:
 	fi
 
 # The report test (tests/io/test_report.py) renders report.html in headless Chromium at 1000 and
-# 1400 px, with a font that has the glyphs of unicode labels (Noto). Install Debian's chromium
-# and fonts-noto-core when missing and we may (root with apt-get); the test skips without
-# chromium only when CI is unset. Only `make test` needs them: `make run` writes the page only.
+# 1400 px, with fonts that have the glyphs of unicode labels (Noto: most scripts, CJK, emoji).
+# Install Debian's chromium and the Noto fonts when missing and we may (root with apt-get); the
+# test skips without chromium only when CI is unset. `make run` does not need them.
 chromium:
-	@if command -v chromium >/dev/null 2>&1 && fc-list 2>/dev/null | grep -q 'Noto Sans'; then \
+	@if command -v chromium >/dev/null 2>&1 && fc-list 2>/dev/null | grep -q 'Noto Sans CJK'; then \
 	  :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing Debian's chromium and fonts-noto-core for the report test"; \
+	  echo "installing Debian's chromium and Noto fonts for the report test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends chromium fonts-noto-core >/dev/null; \
+	    apt-get install -y -qq --no-install-recommends chromium fonts-noto-core \
+	    fonts-noto-cjk fonts-noto-color-emoji >/dev/null; \
 	else \
-	  echo "warning: no chromium or Noto fonts; install chromium and fonts-noto-core" >&2; \
+	  echo "warning: no chromium or Noto fonts; install chromium fonts-noto-core" \
+	    "fonts-noto-cjk fonts-noto-color-emoji" >&2; \
 	fi
 
 unit: $(STAMP) postgresql chromium

@@ -46,7 +46,7 @@ _STYLE = """
 html{-webkit-text-size-adjust:100%}
 body{margin:0;background:#f5f6f8;color:#1f2328;line-height:1.45;overflow-wrap:anywhere;
  font-family:"Noto Sans","Noto Sans CJK JP","Noto Sans CJK SC","Noto Sans Arabic",
- "Noto Sans Devanagari","DejaVu Sans",system-ui,sans-serif}
+ "Noto Sans Devanagari","DejaVu Sans",system-ui,sans-serif,"Noto Color Emoji"}
 main{max-width:1180px;margin:0 auto;padding:16px}
 h1{font-size:1.5rem;margin:.2em 0 .3em}
 h2{font-size:1.1rem;margin:0 0 .2em}
@@ -217,6 +217,10 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     if "fine_rank_error" in accuracy:
         bound = _bound(float(accuracy.pop("fine_rank_error")))
         items.append(f"refined pass: within {bound} ranks of the best fine grid point")
+    description = release.get("accuracy_description")
+    stated = isinstance(description, str) and bool(description)
+    if stated:  # the release's sentence already states the score bound
+        accuracy.pop("score_loss", None)
     if "score_loss" in accuracy:
         items.append(
             f"score within {_bound(float(accuracy.pop('score_loss')))} of the best candidate's "
@@ -231,9 +235,8 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
         shown = _bound(float(value)) if _is_number(value) else _label(value)
         unit = units.get(key) if isinstance(units, Mapping) else None
         items.append(f"{key.replace('_', ' ')}: {shown}" + (f" ({unit})" if unit else ""))
-    description = release.get("accuracy_description")
-    if isinstance(description, str) and description:
-        items.insert(0, description)
+    if stated:
+        items.insert(0, str(description))
     return [_e(item) for item in items]
 
 

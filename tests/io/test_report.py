@@ -181,7 +181,9 @@ def test_one_panel_per_statistic_each_in_its_own_form() -> None:
     assert "within 21 ranks" in per_key and "grid step 0.1" in per_key
     winner = _panel(page, "vote_winner")
     assert '<p class="big">Melon-pan Party 🍈</p>' in winner
-    assert "score within" in winner and "95% confidence" in winner
+    assert "95% confidence" in winner
+    stated = _rich_document()["releases"][2].get("accuracy_description")
+    assert (html.escape(stated) if stated else "score within 8.19") in winner
 
 
 def test_a_single_number_is_printed_not_drawn_alone_on_an_empty_axis() -> None:
