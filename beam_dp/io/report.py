@@ -199,17 +199,24 @@ def _half_width(release: Mapping[str, Any]) -> float | None:
 def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     """The release's accuracy in plain words (HTML-escaped list items).
 
-    The release's own sentence (``accuracy_description``) comes first; then each bound, in
-    words for the ones this module knows and with its unit (``accuracy_units``) otherwise.
+    A release that states its accuracy in one sentence (``accuracy_description``, in the
+    statistic's own units) is shown by that sentence and its grid step: the sentence already
+    says every bound (each is also in ``release.json``, with its unit). Otherwise each bound in
+    words for the ones this module knows, and with its unit (``accuracy_units``) for the rest.
     """
     accuracy = dict(release.get("accuracy", {}))
     accuracy.pop("confidence", None)
     step = _step(release)
+    grid = [] if step is None else [f"grid step {format_number(step, step)}"]
+    description = release.get("accuracy_description")
+    if isinstance(description, str) and description:
+        return [_e(item) for item in (description, *grid)]
+    accuracy.pop("cell_width", None)
     items = []
     for key in VALUE_ERROR_KEYS:
         if key in accuracy and _is_number(accuracy[key]):
-            width = format_number(float(accuracy.pop(key)), step)
-            items.append(f"within ± {width} of the released value, in the value's own units")
+            half = format_number(float(accuracy.pop(key)), step)
+            items.append(f"within ± {half} of the released value, in the value's own units")
     if "rank_error" in accuracy:
         items.append(
             f"within {_bound(float(accuracy.pop('rank_error')))} ranks of the best grid point"
@@ -217,27 +224,17 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     if "fine_rank_error" in accuracy:
         bound = _bound(float(accuracy.pop("fine_rank_error")))
         items.append(f"refined pass: within {bound} ranks of the best fine grid point")
-    description = release.get("accuracy_description")
-    stated = isinstance(description, str) and bool(description)
-    if stated:  # the release's sentence already states the score bound
-        accuracy.pop("score_loss", None)
     if "score_loss" in accuracy:
         items.append(
             f"score within {_bound(float(accuracy.pop('score_loss')))} of the best candidate's "
             "(in the statistic's score units)"
         )
-    if "cell_width" in accuracy:
-        width = accuracy.pop("cell_width")
-        if _is_number(width):
-            items.append(f"grid step {format_number(float(width), step)}")
     units = release.get("accuracy_units") or {}
     for key, value in sorted(accuracy.items()):
         shown = _bound(float(value)) if _is_number(value) else _label(value)
         unit = units.get(key) if isinstance(units, Mapping) else None
         items.append(f"{key.replace('_', ' ')}: {shown}" + (f" ({unit})" if unit else ""))
-    if stated:
-        items.insert(0, str(description))
-    return [_e(item) for item in items]
+    return [_e(item) for item in (*items, *grid)]
 
 
 def _accuracy_block(releases: Sequence[Mapping[str, Any]]) -> str:

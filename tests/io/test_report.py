@@ -45,6 +45,9 @@ def _document(*releases: Release, ledger: dict[str, Any] | None = None) -> dict[
         budget.spend(entry.name, mechanism=entry.mechanism, epsilon=entry.epsilon)
         budget.record(entry)  # a per-key statistic with one key per unit: one entry
     document = release_document(releases, budget.to_json())
+    for record in document["releases"]:  # the report's own wording (a sentence: test below)
+        record.pop("accuracy_units", None)
+        record.pop("accuracy_description", None)
     if ledger is not None:
         document["budget"]["ledger"] = ledger
     return document
@@ -181,9 +184,23 @@ def test_one_panel_per_statistic_each_in_its_own_form() -> None:
     assert "within 21 ranks" in per_key and "grid step 0.1" in per_key
     winner = _panel(page, "vote_winner")
     assert '<p class="big">Melon-pan Party 🍈</p>' in winner
-    assert "95% confidence" in winner
-    stated = _rich_document()["releases"][2].get("accuracy_description")
-    assert (html.escape(stated) if stated else "score within 8.19") in winner
+    assert "95% confidence" in winner and "score within 8.19" in winner
+
+
+def test_a_release_that_states_its_accuracy_is_shown_by_its_sentence_and_units() -> None:
+    document = _document(_median(41.5, value_error=0.8))
+    release = document["releases"][0]
+    release["accuracy_description"] = "With probability 0.95, within 0.8 kg of the mean <n>."
+    release["accuracy_units"] = {"value_error": "kg", "rank_error": "ranks"}
+    panel = _panel(_page(document), "median_weight")
+    assert "within 0.8 kg of the mean &lt;n&gt;." in panel and "grid step 0.1" in panel
+    assert "score within" not in panel  # the sentence states it; no second wording
+    # without a sentence, a bound this module has no words for is shown with its unit
+    del release["accuracy_description"]
+    release["accuracy"]["vote_shortfall"] = 8.1234
+    release["accuracy_units"]["vote_shortfall"] = "votes"
+    panel = _panel(_page(document), "median_weight")
+    assert "vote shortfall: 8.13 (votes)" in panel and "within 21 ranks" in panel
 
 
 def test_a_single_number_is_printed_not_drawn_alone_on_an_empty_axis() -> None:
