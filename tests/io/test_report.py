@@ -305,3 +305,15 @@ def test_report_fits_the_window_in_headless_chromium(width: int, tmp_path: Path)
         assert release["name"] in facts["text"]
     for label in ("日本", "site00.example", "Melon-pan Party 🍈", "70.3", "Privacy budget"):
         assert label in facts["text"]
+
+
+def test_without_chromium_the_browser_test_skips_locally_and_fails_under_ci(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="chromium is not installed"):
+        _chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        _chromium()
