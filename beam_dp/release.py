@@ -3,18 +3,56 @@
 A :class:`Release` is the released value plus the :class:`~beam_dp.accounting.LedgerEntry`
 that says what it cost and how accurate it is. ``to_dict()`` is the JSON object written to
 ``release.json``; ``release_document`` wraps several releases and the budget. Pure Python.
+
+Accuracy a person can state
+---------------------------
+The ledger's ``accuracy`` holds the utility guarantee in the *score's* units
+(``score_loss``; ``rank_error`` and ``cell_width`` for quantiles). A release also carries an
+:class:`AccuracyStatement`: the same guarantee turned into the statistic's own units wherever
+public parameters allow it, with the unit of every bound and one plain sentence. ``to_dict()``
+writes its bounds into ``accuracy`` next to the ledger's (all numbers), the unit of each bound
+in ``accuracy_units`` (same keys, strings) and the sentence in ``accuracy_description``:
+
+==================  ==========================================================================
+key                 what it bounds, with probability >= ``confidence``
+==================  ==========================================================================
+value_error         mean, ``replace`` (public n): ``|released - mean|``, in value units
+sum_error           mean, ``add_remove``: ``|released - mean| <= sum_error / N + grid_error``
+                    (``N`` rows kept after bounding, not released), in value units x rows
+grid_error          mean: the farthest any value in ``[lower, upper]`` is from a grid point
+rank_error_beyond_  quantiles: ``|rank(out) - alpha N| - |rank(best) - alpha N|`` with
+best_grid_point     ``rank(v) = #(x < v) + alpha #(x = v)``, ``best`` the grid point
+                    minimising it (see :func:`quantile_statement` on ties)
+count_below_kth_    top-k counts: how many fewer units (records at record level) than the true
+best                k-th most frequent candidate any released candidate can have
+vote_shortfall      election: how many fewer votes than the true winner (k-th) the released one
+                    can have
+revenue_loss        best price: revenue (price x buyers, in the prices' currency, summed over
+                    the privacy units) the released price can lose against the best grid price
+==================  ==========================================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any
 
 from beam_dp.accounting import LedgerEntry
 from beam_dp.mechanisms import score_loss_bound
 
-__all__ = ["Release", "ledger_entries_to_record", "make_release", "release_document"]
+__all__ = [
+    "AccuracyStatement",
+    "Release",
+    "ledger_entries_to_record",
+    "make_release",
+    "mean_statement",
+    "quantile_statement",
+    "release_document",
+    "selection_statement",
+]
 
 
 def _jsonable(value: Any) -> Any:
@@ -28,6 +66,270 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _stated(bound: float) -> str:
+    """A bound for a sentence: rounded *up* to 3 significant digits, never in e-notation."""
+    number = float(bound)
+    if number == 0.0 or not math.isfinite(number):
+        return f"{number:g}"
+    rounded = Context(prec=3, rounding=ROUND_CEILING).plus(Decimal(repr(number)))
+    text = format(rounded, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _check_bounds(bounds: Mapping[str, float]) -> dict[str, float]:
+    checked: dict[str, float] = {}
+    for key, bound in bounds.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"accuracy bound names must be non-empty strings; received {key!r}")
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+            raise TypeError(f"accuracy bound {key!r} must be a number")
+        if not math.isfinite(bound) or bound < 0:
+            raise ValueError(f"accuracy bound {key!r} must be finite and >= 0")
+        checked[key] = float(bound)
+    return checked
+
+
+@dataclass(frozen=True)
+class AccuracyStatement:
+    """A release's accuracy in the statistic's own units, and in plain words.
+
+    Attributes:
+        bounds: numeric bounds (>= 0) that hold with the release's ``confidence``, by name
+            (``value_error``, ``rank_error_beyond_best_grid_point``, ...; see the module
+            docstring). Written next to the ledger's ``accuracy`` by :meth:`Release.to_dict`.
+        units: the unit of each bound (and of the ledger's bounds), by the same names.
+        description: one sentence a person can read out, naming what each bound is of.
+
+    Privacy:
+        Built from public parameters only (ε, sensitivity, grid, confidence, public ``n``);
+        never from data.
+    """
+
+    bounds: Mapping[str, float] = field(default_factory=dict)
+    units: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounds", _check_bounds(self.bounds))
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.units.items()):
+            raise TypeError("'units' must map bound names to strings")
+        object.__setattr__(self, "units", dict(self.units))
+        if not isinstance(self.description, str):
+            raise TypeError("'description' must be a string")
+
+
+def _unit_word(record_level: bool) -> str:
+    return "records" if record_level else "distinct privacy units"
+
+
+def selection_statement(
+    kind: str,
+    *,
+    score_loss: float,
+    k: int,
+    confidence: float,
+    record_level: bool = False,
+) -> AccuracyStatement:
+    """The accuracy of a selection (top-k by peeling when ``k > 1``) in its score's units.
+
+    ``score_loss`` is the per-round bound of :func:`make_release` (each of the ``k`` rounds at
+    ``epsilon / k`` and failure ``(1 - confidence) / k``, a union bound). Peeling keeps at least
+    ``k - i + 1`` of the true top ``k`` among the candidates left at round ``i``, so the best
+    one left scores at least the true ``k``-th best: every released candidate's score is at
+    least ``q_(k) - score_loss`` (``q_(1)``, the best, for ``k = 1``).
+
+    Args:
+        kind: ``"distinct_count"`` (:class:`~beam_dp.scores.DistinctUnitCount`),
+            ``"votes"`` (:class:`~beam_dp.scores.PluralityVote`), ``"margin"``
+            (:class:`~beam_dp.scores.VoteMargin`), ``"revenue"``
+            (:class:`~beam_dp.scores.Revenue`) or ``"score"`` (any other: the score's units).
+        score_loss: the per-round score-loss bound.
+        k: the candidates released (rounds).
+        confidence: the probability with which all the bounds hold together.
+        record_level: whether each record is its own privacy unit.
+    """
+    loss = float(score_loss)
+    level = f"With probability {confidence:g}"
+    kth = "the best candidate" if k == 1 else f"the true {k}-th best candidate"
+    released = "the released candidate" if k == 1 else f"each of the {k} released candidates"
+    if kind == "distinct_count":
+        who = _unit_word(record_level)
+        shortfall = "the most frequent candidate" if k == 1 else f"the true {k}-th most frequent"
+        return AccuracyStatement(
+            bounds={"count_below_kth_best": loss},
+            units={"count_below_kth_best": who, "score_loss": who},
+            description=(
+                f"{level}, {released} was contributed by at most {_stated(loss)} fewer {who} "
+                f"than {shortfall} candidate."
+            ),
+        )
+    if kind in ("votes", "margin"):
+        # A margin score counts each vote twice: q(w) - q(r) = 2 (votes(w) - votes(r)).
+        votes = loss if kind == "votes" else loss / 2.0
+        winner = "the true winner" if k == 1 else f"the true {k}-th placed candidate"
+        tail = (
+            f"; a loser is released only when the true margin is at most {_stated(votes)} votes"
+            if kind == "margin"
+            else ""
+        )
+        return AccuracyStatement(
+            bounds={"vote_shortfall": votes},
+            units={"vote_shortfall": "votes", "score_loss": "votes (the score's units)"},
+            description=(
+                f"{level}, {released} has at most {_stated(votes)} fewer votes than {winner}{tail}."
+            ),
+        )
+    if kind == "revenue":
+        units = "currency (the prices' units), summed over the privacy units"
+        best = "the best price on the grid" if k == 1 else f"the {k}-th best price on the grid"
+        return AccuracyStatement(
+            bounds={"revenue_loss": loss},
+            units={"revenue_loss": units, "score_loss": units},
+            description=(
+                f"{level}, {released.replace('candidate', 'price')} earns at most "
+                f"{_stated(loss)} less revenue (price x privacy units willing to pay it, in the "
+                f"prices' currency) than {best}."
+            ),
+        )
+    return AccuracyStatement(
+        units={"score_loss": "the score's units"},
+        description=(
+            f"{level}, {released} scores at most {_stated(loss)} below {kth} "
+            "(in the score's units)."
+        ),
+    )
+
+
+def _quantile_name(alpha: float) -> str:
+    names = {0.5: "median (0.5-quantile)", 0.25: "lower quartile", 0.75: "upper quartile"}
+    return names.get(alpha, f"{alpha:g}-quantile")
+
+
+def quantile_statement(
+    quantiles: Sequence[float],
+    *,
+    rank_error: float,
+    confidence: float,
+    several_rounds: bool,
+    two_pass: bool = False,
+) -> AccuracyStatement:
+    """The accuracy of a quantile release, named for what it bounds.
+
+    What a quantile is with ties: for the ``N`` values kept after bounding, a value ``v`` is
+    an ``alpha``-quantile when ``#(x < v) <= alpha N <= #(x <= v)``; a block of ``E`` tied
+    values occupies the ranks ``[#(x < v), #(x < v) + E]``. The utility of grid point ``v`` is
+    ``-|rank(v) - alpha N|`` with ``rank(v) = #(x < v) + alpha #(x = v)`` (the tie block split
+    ``alpha : 1 - alpha``), and its guarantee is, with probability ``1 - beta``::
+
+        |rank(out) - alpha N| <= |rank(best) - alpha N| + rank_error,
+
+    ``best`` the grid point minimising it. The distance from ``alpha N`` to ``out``'s rank
+    range is at most ``|rank(out) - alpha N|``, so the same holds for it. What it does *not*
+    give is ``|rank(out) - alpha N| <= rank_error``: next to a large tie block the best grid
+    point itself can be far from ``alpha N`` (e.g. 480 values at 0, 100 at 50 and 420 at 100:
+    every point strictly between 0 and 50 has rank 480, 20 from the median's 500, the exact
+    median 50 has rank 530), by at most ``max(alpha, 1 - alpha)`` times the values in the grid
+    cell around the true quantile, ties at its ends included: data-dependent, never released.
+    Hence the key's name, ``rank_error_beyond_best_grid_point``. With several quantiles under
+    the recursive split, each bound is the sum over the selections on its path, each beyond its
+    branch's best grid point (see :mod:`beam_dp.summaries.quantiles`).
+    """
+    loss = float(rank_error)
+    level = f"With probability {confidence:g}"
+    alphas = [float(q) for q in quantiles]
+    if len(alphas) == 1:
+        what = f"the released {_quantile_name(alphas[0])}'s rank is"
+        target = f"{alphas[0]:g}*N"
+        share = f"{alphas[0]:g} times"
+    else:
+        listed = ", ".join(f"{a:g}" for a in alphas)
+        what = f"each released alpha-quantile's (alpha in {listed}) rank is"
+        target = "alpha*N"
+        share = "alpha times"
+    path = (
+        " (summed over the selections on its path, each beyond its branch's best grid point)"
+        if several_rounds and len(alphas) > 1
+        else ""
+    )
+    passes = " (both passes of the coarse-to-fine grid together)" if two_pass else ""
+    rows = "values kept after bounding"
+    return AccuracyStatement(
+        bounds={"rank_error_beyond_best_grid_point": loss},
+        units={
+            "rank_error_beyond_best_grid_point": f"ranks among the N {rows} (N not released)",
+            "rank_error": f"ranks among the N {rows}, beyond the best grid point",
+            "score_loss": f"ranks among the N {rows} (one selection)",
+            "cell_width": "value units",
+        },
+        description=(
+            f"{level}, {what} at most {_stated(loss)} farther from {target} than the best grid "
+            f"point's{path}{passes}; N is the number of {rows} and is not released, and a "
+            f"value's rank counts the values below it plus {share} the values equal to it. "
+            f"With many tied values the best grid point itself can be far from {target} (by "
+            "up to the values in the grid cell around the true quantile), so this is not a "
+            f"bound on |rank - {target}| alone."
+        ),
+    )
+
+
+def mean_statement(
+    *,
+    relation: str,
+    score_loss: float,
+    rounding_error: float,
+    grid_error: float,
+    confidence: float,
+    n: int | None = None,
+) -> AccuracyStatement:
+    """The accuracy of a private mean in the values' own units.
+
+    The real loss of the released grid point is below ``score_loss + rounding_error``
+    (``rounding_error``: one step of the integer scores, ``sensitivity / resolution``), and
+    the best grid point is at most ``grid_error`` (the farthest any point of
+    ``[lower, upper]`` is from the grid) from the statistic.
+
+    * ``replace`` (``n`` public): the score is ``-|T - r|`` in value units with ``T`` the
+      mean when ``n`` values are kept, so ``|out - T| <= value_error = score_loss +
+      rounding_error + grid_error``.
+    * ``add_remove``: the score is ``-|sum(x) - N r|`` (value units x rows), so
+      ``|out - mean| <= sum_error / N + grid_error`` with ``sum_error = score_loss +
+      rounding_error`` and ``N`` the (private, unreleased) number of values kept.
+    """
+    level = f"With probability {confidence:g}"
+    grid = float(grid_error)
+    loss = float(score_loss) + float(rounding_error)
+    units = {"grid_error": "value units", "cell_width": "value units"}
+    if relation == "replace":
+        if n is None:
+            raise ValueError("'n' is required for the accuracy of a mean under 'replace'")
+        value_error = loss + grid
+        return AccuracyStatement(
+            bounds={"value_error": value_error, "grid_error": grid},
+            units={**units, "value_error": "value units", "score_loss": "value units"},
+            description=(
+                f"{level}, the released mean is within +/- {_stated(value_error)} (in the "
+                f"values' units) of the mean of the n = {n} values kept after bounding (n is "
+                "public under 'replace'; if fewer are kept, of mid + sum(x - mid) / n)."
+            ),
+        )
+    examples = ", ".join(
+        f"+/- {_stated(loss / rows + grid)} for N = {rows:,}" for rows in (1_000, 100_000)
+    )
+    return AccuracyStatement(
+        bounds={"sum_error": loss, "grid_error": grid},
+        units={
+            **units,
+            "sum_error": "value units x rows (divide by N)",
+            "score_loss": "value units x rows (divide by N)",
+        },
+        description=(
+            f"{level}, the released mean is within +/- ({_stated(loss)} / N + {_stated(grid)}) "
+            "of the mean of the N values kept after bounding, in the values' units ("
+            f"{examples}); N itself is not released."
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class Release:
     """One published value and its ledger entry.
@@ -39,6 +341,8 @@ class Release:
         key: the public partition key for ``.PerKey`` releases.
         window: a description of the window for windowed input (e.g. its bounds).
         rng_secure: False when the release was sampled with a seeded test generator.
+        statement: its accuracy in the statistic's units and in words (``None``: the
+            ledger's bounds only).
     """
 
     value: Any
@@ -46,6 +350,7 @@ class Release:
     key: Any = None
     window: str | None = None
     rng_secure: bool = True
+    statement: AccuracyStatement | None = None
 
     @property
     def name(self) -> str:
@@ -55,9 +360,23 @@ class Release:
     def statistic(self) -> str:
         return self.ledger.statistic
 
+    @property
+    def accuracy(self) -> dict[str, float]:
+        """The ledger's accuracy bounds and the statement's, together (all numbers)."""
+        merged = dict(self.ledger.accuracy)
+        if self.statement is not None:
+            merged.update(self.statement.bounds)
+        return merged
+
     def to_dict(self) -> dict[str, Any]:
-        """The DESIGN section 7 release object (plain JSON types)."""
+        """The DESIGN section 7 release object (plain JSON types).
+
+        ``accuracy`` holds numbers only (the ledger's and the statement's bounds); with a
+        statement, ``accuracy_units`` gives the unit of each bound and
+        ``accuracy_description`` the sentence.
+        """
         entry = self.ledger.to_dict()
+        entry["accuracy"] = self.accuracy
         out: dict[str, Any] = {
             "name": entry.pop("name"),
             "statistic": entry.pop("statistic"),
@@ -68,6 +387,10 @@ class Release:
         if self.window is not None:
             out["window"] = self.window
         out.update(entry)
+        if self.statement is not None:
+            units = {"confidence": "probability", **self.statement.units}
+            out["accuracy_units"] = {k: units[k] for k in out["accuracy"] if k in units}
+            out["accuracy_description"] = self.statement.description
         out["rng"] = "os_csprng" if self.rng_secure else "insecure_seeded_test_generator"
         return out
 
@@ -92,6 +415,7 @@ def make_release(
     confidence: float = 0.95,
     rounds: int = 1,
     extra_accuracy: Mapping[str, float] | None = None,
+    statement: AccuracyStatement | None = None,
     delta: float = 0.0,
     rho: float | None = None,
     key: Any = None,
@@ -104,6 +428,8 @@ def make_release(
     at ``epsilon / rounds`` (the per-round epsilon of a top-k or multi-round release), with
     the confidence split evenly over the rounds (a union bound), in the score's units.
     ``extra_accuracy`` adds statistic-specific bounds (``rank_error``, ``cell_width``).
+    ``statement`` states them in the statistic's units (default: the selection statement for
+    a score of unknown units, :func:`selection_statement` with ``kind="score"``).
     """
     per_round_confidence = 1.0 - (1.0 - confidence) / rounds
     accuracy: dict[str, float] = {
@@ -132,7 +458,18 @@ def make_release(
         contribution_bounds=dict(contribution_bounds),
         accuracy=accuracy,
     )
-    return Release(value=value, ledger=entry, key=key, window=window, rng_secure=rng_secure)
+    if statement is None:
+        statement = selection_statement(
+            "score", score_loss=accuracy["score_loss"], k=rounds, confidence=confidence
+        )
+    return Release(
+        value=value,
+        ledger=entry,
+        key=key,
+        window=window,
+        rng_secure=rng_secure,
+        statement=statement,
+    )
 
 
 def ledger_entries_to_record(releases: Iterable[Release]) -> list[LedgerEntry]:

@@ -38,8 +38,12 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   ``rounds == plan rounds`` (levels of the recursive split, or the number of quantiles for
   ``split="independent"``); ``Release.ledger.rho`` is set when it is accounted by zCDP.
 * **Accuracy**: every release's ``accuracy`` has ``rank_error`` (the bound on
-  ``|rank(output) - alpha N|`` beyond the grid's resolution, at ``confidence``, max over the
-  quantiles), ``cell_width`` (of the grid cells next to the outputs) and ``score_loss``.
+  ``|rank(output) - alpha N|`` beyond the best grid point's, at ``confidence``, max over the
+  quantiles), ``cell_width`` (of the grid cells next to the outputs) and ``score_loss``;
+  ``Release.statement`` adds the same bound as ``rank_error_beyond_best_grid_point``, what a
+  rank means with ties, and a sentence (:func:`beam_dp.release.quantile_statement`). A mean
+  states ``value_error`` (``replace``: ± in value units) or ``sum_error`` (``add_remove``:
+  ± ``sum_error / N``) and ``grid_error`` (:func:`beam_dp.release.mean_statement`).
 * **``.PerKey``**: one release per public key (``keys``; records with other keys are dropped),
   with or without data. A unit influences at most ``m = min(max_keys_per_unit, len(keys))``
   keys (``m = 1`` at record level) in at most ``w = max_windows_per_unit`` windows; each
@@ -67,6 +71,7 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -89,7 +94,7 @@ from beam_dp.beam.selection_combiners import AttachWindowFn, split_by_key
 from beam_dp.beam.selection_core import window_markers
 from beam_dp.beam.selection_spec import check_windows_per_unit, resolve_budget, split_share
 from beam_dp.mechanisms import RandomSource
-from beam_dp.release import Release, make_release
+from beam_dp.release import Release, make_release, mean_statement, quantile_statement
 from beam_dp.summaries.histogram import (
     MAX_GRID_POINTS,
     ExactSum,
@@ -99,6 +104,7 @@ from beam_dp.summaries.histogram import (
 from beam_dp.summaries.quantiles import (
     DEFAULT_REFINE_FRACTION,
     DEFAULT_SPLIT,
+    MEAN_RESOLUTION,
     CellPlan,
     CellSelection,
     MeanPlan,
@@ -367,6 +373,13 @@ class _QuantileSpec:
             confidence=self.confidence,
             rounds=selection.rounds,
             extra_accuracy=extra,
+            statement=quantile_statement(
+                [float(q) for q in self.plan.quantiles],
+                rank_error=selection.rank_error,
+                confidence=self.confidence,
+                several_rounds=self.plan.split == "recursive",
+                two_pass=self.cell_plan is not None,
+            ),
             rho=self.rho,
             rng_secure=selection.secure,
         )
@@ -495,6 +508,19 @@ class _FineCombineFn(beam.CombineFn):
         return spec.release(combine_passes(coarse, fine))
 
 
+@functools.lru_cache(maxsize=8)
+def grid_error(grid: Grid) -> float:
+    """The farthest any point of ``[lower, upper]`` is from its nearest grid point (public).
+
+    The statistic a mean estimates lies in ``[lower, upper]``, so the best grid point is at
+    most this far from it: the grid-resolution part of the mean's ``value_error``.
+    """
+    points = grid.points
+    ends = max(float(points[0]) - grid.lower, grid.upper - float(points[-1]))
+    inner = float(np.max(np.diff(points))) / 2.0 if points.size > 1 else 0.0
+    return max(ends, inner)
+
+
 @dataclass(frozen=True)
 class _MeanSpec:
     name: str
@@ -523,6 +549,15 @@ class _MeanSpec:
                 "score_loss": selection.score_loss,
                 "cell_width": selection.cell_width,
             },
+            statement=mean_statement(
+                relation=self.relation,
+                score_loss=selection.score_loss,
+                # One step of the integer scores (they are rounded down to it).
+                rounding_error=float(self.plan.sensitivity) / MEAN_RESOLUTION,
+                grid_error=grid_error(self.plan.grid),
+                confidence=self.confidence,
+                n=self.plan.n,
+            ),
             rho=self.rho,
             rng_secure=selection.secure,
         )

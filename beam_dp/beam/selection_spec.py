@@ -31,15 +31,23 @@ from beam_dp._validation import (
 from beam_dp.accounting import BudgetShare
 from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
-from beam_dp.mechanisms import METHODS, Method, RandomSource, as_random_source, select, top_k
-from beam_dp.release import Release, make_release
-from beam_dp.scores import Score
+from beam_dp.mechanisms import (
+    METHODS,
+    Method,
+    RandomSource,
+    as_random_source,
+    select,
+    top_k,
+)
+from beam_dp.release import Release, make_release, selection_statement
+from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
 
 __all__ = [
     "CommonOptions",
     "EpsilonLike",
     "ResolvedBudget",
     "SelectionSpec",
+    "accuracy_kind_of",
     "check_method",
     "check_windows_per_unit",
     "effective_keys_per_unit",
@@ -53,6 +61,22 @@ __all__ = [
 ]
 
 EpsilonLike = float | BudgetShare
+
+_ACCURACY_KINDS = ("distinct_count", "votes", "margin", "revenue", "score")
+
+
+def accuracy_kind_of(score: Score) -> str:
+    """The units a selection over ``score`` states its accuracy in (see
+    :func:`beam_dp.release.selection_statement`)."""
+    if isinstance(score, DistinctUnitCount):
+        return "distinct_count"
+    if isinstance(score, PluralityVote):
+        return "votes"
+    if isinstance(score, VoteMargin):
+        return "margin"
+    if isinstance(score, Revenue):
+        return "revenue"
+    return "score"
 
 
 def check_method(method: object) -> Method:
@@ -250,6 +274,9 @@ class SelectionSpec:
         contribution_bounds: Bounds the pipeline enforces per unit (ledger).
         confidence: Confidence level of the accuracy bound.
         rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
+        accuracy_kind: The units the accuracy is stated in (see
+            :func:`beam_dp.release.selection_statement`): ``"distinct_count"``, ``"votes"``,
+            ``"margin"``, ``"revenue"`` or ``"score"``; :meth:`for_score` takes it from the score.
     """
 
     name: str
@@ -265,9 +292,15 @@ class SelectionSpec:
     contribution_bounds: Mapping[str, int] = field(default_factory=dict)
     confidence: float = 0.95
     rng: RandomSource | None = None
+    accuracy_kind: str = "score"
 
     def __post_init__(self) -> None:
         check_method(self.method)
+        if self.accuracy_kind not in _ACCURACY_KINDS:
+            raise ValueError(
+                f"'accuracy_kind' must be one of {list(_ACCURACY_KINDS)}; "
+                f"received {self.accuracy_kind!r}"
+            )
         check_positive_int(self.k, "k")
         check_positive_finite(self.epsilon, "epsilon")
         check_positive_finite(self.selection_sensitivity, "sensitivity")
@@ -309,6 +342,7 @@ class SelectionSpec:
             contribution_bounds=dict(bounds),
             confidence=options.confidence,
             rng=options.rng,
+            accuracy_kind=accuracy_kind_of(score),
         )
 
     def release(self, scores: npt.ArrayLike | Sequence[Fraction], labels: Sequence[Any]) -> Release:
@@ -338,7 +372,7 @@ class SelectionSpec:
         else:
             chosen = top_k(values, rounds, epsilon=epsilon, **options)
             value = [labels[i] for i in chosen]
-        return make_release(
+        release = make_release(
             name=self.name,
             statistic=self.statistic,
             value=value,
@@ -354,6 +388,15 @@ class SelectionSpec:
             rho=rho,
             rng_secure=source.secure,
         )
+        # The per-round score-loss bound, in the score's units, stated in its own words.
+        statement = selection_statement(
+            self.accuracy_kind,
+            score_loss=release.ledger.accuracy["score_loss"],
+            k=rounds,
+            confidence=self.confidence,
+            record_level="record_level_privacy" in self.contribution_bounds,
+        )
+        return dataclasses.replace(release, statement=statement)
 
     def display_data(self) -> dict[str, Any]:
         """Public parameters for pipeline graphs (never data)."""
