@@ -175,6 +175,10 @@ def _label(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _e(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
@@ -272,10 +276,10 @@ def _row_label(release: Mapping[str, Any]) -> str:
 
 
 def _numbers(value: Any) -> list[float] | None:
-    if _is_number(value):
-        return [float(value)]
-    if isinstance(value, list) and value and all(_is_number(v) for v in value):
-        return [float(v) for v in value]
+    """The finite numbers of a numeric value (one, or a list), else None (shown as labels)."""
+    values = value if isinstance(value, list) else [value]
+    if values and all(_is_number(v) and math.isfinite(v) for v in values):
+        return [float(v) for v in values]
     return None
 
 
@@ -393,7 +397,7 @@ def _statistic_panel(releases: Sequence[Mapping[str, Any]]) -> str:
     meta = (
         f"{_e(first.get('statistic', ''))} · {_e(first.get('mechanism', ''))} · "
         f"ε {_e(', '.join(epsilons))}{per} · {_e(first.get('neighbouring', ''))} · "
-        f"{len(releases)} release{'s' if len(releases) != 1 else ''}"
+        f"{_plural(len(releases), 'release')}"
     )
     delta = {_param(r.get("delta")) for r in releases} - {"0"}
     if delta:
@@ -540,9 +544,8 @@ def render_report(document: Mapping[str, Any]) -> str:
 <title>beam-dp release report</title><style>{_STYLE}</style></head>
 <body><main>
 <h1>Differentially private releases</h1>
-<p class="lede">{len(groups)} statistic{"s" if len(groups) != 1 else ""}, {count}
-release{"s" if count != 1 else ""}. Only released values and public parameters appear on this
-page; each statistic has its own scale.</p>
+<p class="lede">{_plural(len(groups), "statistic")}, {_plural(count, "release")}. Only released
+values and public parameters appear on this page; each statistic has its own scale.</p>
 {warning}
 <div class="panels">
 {_budget_panel(document["budget"])}

@@ -317,3 +317,14 @@ def test_without_chromium_the_browser_test_skips_locally_and_fails_under_ci(
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
         _chromium()
+
+
+def test_odd_documents_render_escaped_and_without_errors() -> None:
+    document = _document(_median(41.5))
+    document["releases"][0]["name"] = "<b>odd & name</b>"
+    document["releases"].append({**document["releases"][0], "value": float("inf"), "key": [1, "ü"]})
+    page = _page(document)
+    assert "&lt;b&gt;odd &amp; name&lt;/b&gt;" in page and "<b>odd" not in page
+    assert "inf" in page and '[1, "ü"]' in html.unescape(page)
+    empty = {"releases": [], "budget": {**document["budget"], "epsilon_total": 0.0, "shares": []}}
+    assert "0 statistics, 0 releases" in _page(empty)
