@@ -41,7 +41,6 @@ setup(
         "numpy>=1.26",
         "pyarrow>=14",
         "fastavro>=1.9",
-        "matplotlib>=3.8",
     ],
     extras_require={
         "postgresql": POSTGRESQL_REQUIRES,
