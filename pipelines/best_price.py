@@ -1,10 +1,12 @@
-"""The revenue-maximising price on a public grid (seed 002's digital good).
+"""The price that earns the most, chosen privately from a public list of prices.
 
     python -m pipelines.best_price --input 'export-*.parquet' --privacy_unit user_id \\
         --value willingness_to_pay [--prices 0.01:2.00:0.01] --epsilon 1 --output out/
 
-``--prices START:STOP:STEP`` is read as decimals (STOP excluded); the default grid is
-$0.01 ... $1.99. A unit with several answers is reduced to one by ``--per_unit``.
+Each person states the most they would pay; a price earns the price times the number of
+people willing to pay it. --prices START:STOP:STEP is read as decimals (STOP excluded); the
+default grid is $0.01 ... $1.99. A person with several answers is reduced to one by
+--per_unit.
 """
 
 from __future__ import annotations
@@ -13,29 +15,45 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, parse_args, run_single
-from pipelines.statistics import spec_from_config
+from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.statistics import MAX_CANDIDATES, spec_from_config
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = job_parser("pipelines.best_price", __doc__)
     add_common_arguments(parser)
-    parser.add_argument("--value", required=True, help="the willingness-to-pay field")
+    parser.add_argument(
+        "--value",
+        required=True,
+        help="the field holding the most each person would pay. Required",
+    )
     parser.add_argument(
         "--prices",
         default=None,
         help=(
-            "START:STOP:STEP (default 0.01:2.00:0.01), or an existing file (one price per "
-            "line), or p1,p2,... (one: 'p1,')"
+            "the public prices to choose from: START:STOP:STEP in decimals, STOP excluded; or "
+            "an existing file (one price per line); or p1,p2,... (one price: 'p1,'). Default "
+            f"0.01:2.00:0.01, that is $0.01 ... $1.99. At most {MAX_CANDIDATES:,} prices"
         ),
     )
     parser.add_argument(
-        "--per_unit", default="max", help="how a unit's several answers are reduced"
+        "--per_unit",
+        default="max",
+        help="how several answers of one person become one: max (default), min or mean",
     )
     parser.add_argument(
-        "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
+        "--method",
+        choices=["permute_and_flip", "exponential"],
+        default="permute_and_flip",
+        help="how the released answer is drawn: permute_and_flip (default; never less "
+        "accurate on average than exponential for the same epsilon) or exponential (the "
+        "exponential mechanism)",
     )
-    parser.add_argument("--name", default="best_price")
+    parser.add_argument(
+        "--name",
+        default="best_price",
+        help="the release's name in the outputs. Default: best_price",
+    )
     return parser
 
 

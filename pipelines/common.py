@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import decimal
 import importlib
 import json
 import logging
+import math
 import os
 import re
+import shutil
 import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -58,13 +62,17 @@ from beam_dp.io import ReadExport
 from beam_dp.io.outputs import write_outputs
 from beam_dp.ledger import LedgerError, Plan, Reservation, RunInfo, config_digest, open_ledger
 from beam_dp.release import Release, ledger_entries_to_record
+from pipelines import _terminal
 from pipelines.statistics import StatisticSpec, public_list, suggest_names
 
 __all__ = [
+    "SKIP_HINT_CONFIG",
+    "SKIP_HINT_FLAG",
     "add_common_arguments",
     "add_operator_arguments",
     "check_pipeline_flags",
     "cli",
+    "job_parser",
     "parse_args",
     "print_summary",
     "read_candidates",
@@ -76,6 +84,10 @@ __all__ = [
 
 _LOG = logging.getLogger("beam_dp.pipelines")
 _LOG.setLevel(logging.INFO)
+
+SKIP_HINT_FLAG = "--on_bad_record skip"
+SKIP_HINT_CONFIG = 'on_bad_record = "skip" in the config\'s [input]'
+_LIBRARY_SKIP_HINT = re.compile(r"on_bad_record='skip'")
 
 _UNSAFE_HINT = (
     "details are withheld because they may contain data; rerun with --show_tracebacks_unsafe "
@@ -95,9 +107,34 @@ class _JobState:
         self.writing_outputs = False  # once True, a release may have escaped
         self.stages: frozenset[str] = frozenset()
         self.show_tracebacks = False
+        self.skip_hint = SKIP_HINT_FLAG
 
 
 _STATE = _JobState()
+
+
+JOB_EPILOG = """\
+Any other flag must be an Apache Beam pipeline option: --runner (default: DirectRunner, in
+this process), --direct_num_workers, --temp_location, and the options of the runner --runner
+names. A misspelt or abbreviated flag is an error naming the nearest valid one.
+
+While it runs, the job prints progress to stderr (the files matched and their approximate
+size, the stages, the elapsed time; no count of records unless --log_exact_counts) and, at
+the end, a table of the releases and the budget to stdout. A failure prints one line.
+"""
+
+
+def job_parser(
+    module: str, description: str | None, *, epilog: str = JOB_EPILOG
+) -> argparse.ArgumentParser:
+    """A job's parser: its module docstring as description, kept as written, and the epilog."""
+    return argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=description,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
 
 
 def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,30 +162,46 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ledger",
         default=os.environ.get("BEAM_DP_LEDGER_URL") or None,
-        help="a persistent budget ledger (sqlite:///path/budget.db or postgresql://user@host/db; "
-        "default $BEAM_DP_LEDGER_URL): with --dataset, the job reserves its whole budget there "
-        "before reading any data, and fails at once if the dataset cannot afford it",
+        help="a persistent budget ledger (sqlite:///path/budget.db or postgresql://user@host/db) "
+        "that keeps what each dataset has spent across runs: with --dataset, the job reserves "
+        "its whole budget there before reading any data, and fails at once if the dataset "
+        "cannot afford it. Default: $BEAM_DP_LEDGER_URL if set, otherwise no ledger (nothing "
+        "remembers this run's spend)",
     )
-    parser.add_argument("--dataset", help="the ledger's dataset (population) this job spends")
+    parser.add_argument(
+        "--dataset",
+        help="the ledger's name for the population this job reads (see python -m "
+        "pipelines.budget create). Default: none (give it with --ledger)",
+    )
     parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a release already in --output (recorded in the ledger; the earlier "
-        "run's spend stays spent)",
+        "run's spend stays spent). Default: a job refuses to write over an earlier release",
     )
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False) -> None:
     """The flags every job has."""
-    parser.add_argument("--input", required=True, help="glob over the export's files (quoted)")
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="the export's files: a path or a glob in quotes ('export-*.avro'), local or on any "
+        "filesystem Beam reads (gs://...); it must match at least one file. Required",
+    )
     parser.add_argument(
         "--input_format",
         choices=["avro", "parquet", "csv", "jsonl"],
         default=None,
-        help="default: from the file suffix",
+        help="the files' format. Default: taken from each file's suffix",
     )
     unit = parser.add_mutually_exclusive_group(required=True)
-    unit.add_argument("--privacy_unit", help="the field identifying a privacy unit (a person)")
+    unit.add_argument(
+        "--privacy_unit",
+        help="the field that identifies a person (a user id): all of one person's records are "
+        "bounded together, so the release protects people, not just records. Required unless "
+        "--record_level",
+    )
     unit.add_argument(
         "--record_level",
         action="store_true",
@@ -158,22 +211,42 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
             "only at r times epsilon"
         ),
     )
-    parser.add_argument("--epsilon", type=float, required=True, help="the total epsilon of the job")
-    parser.add_argument("--delta", type=float, default=0.0, help="the total delta (default 0)")
     parser.add_argument(
-        "--output", required=True, help="directory for release.json/.avro and report.html"
+        "--epsilon",
+        type=float,
+        required=True,
+        help="the privacy budget of the whole job (smaller is more private and less accurate); "
+        "checked before any data is read. Required",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=0.0,
+        help="the small probability that the epsilon guarantee does not hold; only choosing "
+        "labels from the data (no public candidates) needs it. Default 0: pure epsilon-DP",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="a directory for release.json, release.avro and report.html, created if missing; "
+        "checked writable before anything runs, written only if the job succeeds. Required",
     )
     parser.add_argument(
         "--relation",
         choices=["add_remove", "replace"],
         default="add_remove",
-        help="neighbouring relation: add/remove one privacy unit (default) or replace one",
+        help="what the guarantee hides: add_remove (default) hides whether a person is in the "
+        "data at all; replace hides what a person's records say when who is in the data "
+        "(and so its size) is public",
     )
     parser.add_argument(
         "--on_bad_record",
         choices=["fail", "skip"],
         default="fail",
-        help="fail on the first bad record (default) or drop bad records and count them",
+        help="what a record that breaks a rule (a missing field, a wrong type, NaN, a file "
+        "that cannot be decoded) does: fail (default) ends the job with one line naming the "
+        "file, field and rule; skip drops it and goes on (how many were dropped is logged "
+        "only with --log_exact_counts)",
     )
     add_operator_arguments(parser)
 
@@ -306,13 +379,17 @@ class _Stages(PipelineVisitor):
     """The full labels of a pipeline's transforms (public: they come from the job)."""
 
     def __init__(self) -> None:
-        self.labels: set[str] = set()
+        self.labels: dict[str, None] = {}  # in the order the pipeline visits them
 
     def enter_composite_transform(self, transform_node: AppliedPTransform) -> None:
-        self.labels.add(transform_node.full_label)
+        self.labels[transform_node.full_label] = None
 
     def visit_transform(self, transform_node: AppliedPTransform) -> None:
-        self.labels.add(transform_node.full_label)
+        self.labels[transform_node.full_label] = None
+
+    def top_level(self) -> list[str]:
+        """The job's own stages (reading, each statistic, collecting), in pipeline order."""
+        return [label for label in self.labels if label and "/" not in label]
 
 
 class _WriteRelease(beam.DoFn):
@@ -374,12 +451,20 @@ def run_and_write(
     stages = _Stages()
     pipeline.visit(stages)
     _STATE.stages = frozenset(stages.labels)
+    top = stages.top_level()
+    shown = ", ".join(top)
     FileSystems.mkdirs(scratch)
     _STATE.phase = "run"
     started = time.monotonic()
+    _LOG.info("running %d stage(s): %s", len(top), shown)
     try:
         result = wait_for(pipeline.run())
-        _LOG.info("the pipeline finished in %.1f s", time.monotonic() - started)
+        _LOG.info(
+            "the pipeline finished in %.1f s; %d stage(s) done: %s",
+            time.monotonic() - started,
+            len(top),
+            shown,
+        )
         _STATE.phase = "write"
         _log_metrics(result)
         records: list[dict[str, Any]] = []
@@ -387,7 +472,10 @@ def run_and_write(
             with FileSystems.open(match.path) as handle:
                 records.append(json.loads(handle.read().decode("utf-8")))
     finally:
-        FileSystems.delete([scratch])
+        try:
+            FileSystems.delete([scratch])
+        except Exception:  # never hide the job's own error; name the (public) directory
+            _LOG.warning("could not remove the temporary directory %s", scratch)
     order = {share.name: i for i, share in enumerate(budget.shares)}
     records.sort(
         key=lambda r: (
@@ -432,18 +520,39 @@ def _check_privacy_unit(privacy_unit: str | None, record_level: bool) -> None:
         )
 
 
-def _count_input_files(pattern: str) -> int:
-    """How many files the input pattern matches (a public fact); none is an error."""
+def _approximate_size(size: int) -> str:
+    """A size to two significant digits (``1.2 MB``): progress, not an exact figure."""
+    units = ("bytes", "kB", "MB", "GB", "TB")
+    value = float(size)
+    for unit in units:
+        rounded = float(f"{value:.2g}")
+        if rounded < 1000 or unit == units[-1]:
+            return f"{rounded:g} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def _match_input_files(pattern: str) -> tuple[int, int]:
+    """How many files the input pattern matches and their total size; none is an error.
+
+    Both are facts about the files an operator can list, not about records; the size is only
+    ever shown to two significant digits (:func:`_approximate_size`).
+    """
     path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
     try:
-        found = len(FileSystems.match([path])[0].metadata_list)
+        found = FileSystems.match([path])[0].metadata_list
     except Exception:
         raise ValueError(
             f"cannot list the input {pattern!r} (check the path, its filesystem and access to it)"
         ) from None
     if not found:
         raise ValueError(f"no file matches the input {pattern!r}")
-    return found
+    return len(found), sum(int(match.size_in_bytes or 0) for match in found)
+
+
+def _count_input_files(pattern: str) -> int:
+    """How many files the input pattern matches (a public fact); none is an error."""
+    return _match_input_files(pattern)[0]
 
 
 _READ_EXPORT, _ALL_RELEASES, _COLLECT = "ReadExport", "AllReleases", "Collect"
@@ -457,6 +566,54 @@ def _check_output(output: str, overwrite: bool) -> None:
             f"--output {output} already holds a release; give --overwrite to replace it (the "
             "ledger records the overwrite, and the earlier run's spend stays spent)"
         )
+
+
+def _check_writable(output: str) -> None:
+    """Refuse an output directory this job could not write, before anything runs.
+
+    A probe file is created in the directory and deleted again; a local directory (and its
+    missing parents) created for the probe is removed too, so that a job that fails later
+    leaves nothing behind. Remote filesystems (``gs://``, ...) are probed through Beam's
+    ``FileSystems`` (their directories are prefixes: nothing to create or remove).
+
+    Raises:
+        ValueError: naming the directory and the reason, never a library's message.
+    """
+    probe_name = f".beam_dp_write_probe_{uuid.uuid4().hex}"
+    if "://" in output:
+        probe = FileSystems.join(output, probe_name)
+        try:
+            with FileSystems.create(probe) as handle:
+                handle.write(b"")
+            FileSystems.delete([probe])
+        except Exception:
+            raise ValueError(
+                f"--output {output} is not writable (check the path, its filesystem and "
+                "access to it)"
+            ) from None
+        return
+    directory = os.path.abspath(output)
+    created: list[str] = []
+    parent = directory
+    while not os.path.exists(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    try:
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise NotADirectoryError(0, "it is a file, not a directory")
+        for path in reversed(created):
+            os.mkdir(path)
+        probe = os.path.join(directory, probe_name)
+        with open(probe, "wb"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        reason = error.strerror or "it cannot be created or written"
+        raise ValueError(f"--output {output} is not writable: {reason}") from None
+    finally:
+        for path in created:  # deepest first
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
 
 
 def _reserve(
@@ -507,6 +664,7 @@ def run_statistics(
             f"({', '.join(_JOB_STAGES)}); choose another name"
         )
     _check_output(output, overwrite)
+    _check_writable(output)
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
     for spec in specs:
@@ -533,9 +691,9 @@ def run_statistics(
         on_bad_record=on_bad_record,  # type: ignore[arg-type]
         unit_column=privacy_unit,
     )
-    files = _count_input_files(input_pattern)
+    files, size = _match_input_files(input_pattern)
     _LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
-    _LOG.info("input: %s (%d file(s))", input_pattern, files)
+    _LOG.info("input: %s (%d file(s), about %s)", input_pattern, files, _approximate_size(size))
 
     def build(pipeline: beam.Pipeline) -> list[PCollection]:
         rows = pipeline | _READ_EXPORT >> reader
@@ -575,7 +733,9 @@ _STAGE = re.compile(r"\[while running '([^']*)'\]")
 def _failure_message(error: Exception) -> str:
     """The one line :func:`cli` prints: never a library's text from a running pipeline."""
     if isinstance(error, BeamDPError):
-        return str(error).split(" [while running")[0]
+        # The library's hint names its parameter; a user of a job sets a flag or a config key.
+        text = str(error).split(" [while running")[0]
+        return _LIBRARY_SKIP_HINT.sub(lambda _: _STATE.skip_hint, text)
     if _STATE.phase == "prepare" and isinstance(error, (ValueError, TypeError)):
         return str(error)  # parameter validation: parameters are public
     if _STATE.phase != "run" and isinstance(error, OSError) and error.strerror:
@@ -593,7 +753,7 @@ def _failure_message(error: Exception) -> str:
     return f"the pipeline failed {where} ({kind}); {_UNSAFE_HINT}"
 
 
-def cli(run: Callable[[], Any]) -> None:
+def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
     """Run a job from the command line: a failure ends it with one line and a non-zero status.
 
     The line is the message of a :class:`beam_dp.errors.BeamDPError` (it names file, field and
@@ -603,10 +763,24 @@ def cli(run: Callable[[], Any]) -> None:
     records. Beam's own error logs are silenced for the same reason. ``--show_tracebacks_unsafe``
     shows everything (not private). The output directory is left untouched (outputs are
     written only when the job succeeds).
+
+    A data error's hint to skip bad records names the library's parameter; it is shown as
+    ``skip_hint`` instead (the job's flag by default; the release job names its config key).
+    Known third-party noise (Beam's ``apitools`` warning, Dask's start-up logs and partition
+    warnings) is filtered while the job runs (:mod:`pipelines._terminal`).
+
+    Temporary files go to a directory of this run (``tempfile``'s directory and ``TMPDIR``
+    for the processes it starts), removed when the job ends, whether it succeeded or not:
+    Beam leaves its staging directories (``beam-temp*``, ``tmp*``) behind otherwise.
     """
     _STATE.reset(in_cli=True)
+    _STATE.skip_hint = skip_hint
     exact_counts = telemetry.exact_counts_enabled()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    environment = {name: os.environ.get(name) for name in (*_terminal.ENVIRONMENT, "TMPDIR")}
+    _terminal.quiet_third_party()
+    saved_tempdir = tempfile.tempdir
+    run_temp = tempfile.mkdtemp(prefix="beam_dp_job_")
+    tempfile.tempdir = os.environ["TMPDIR"] = run_temp
     saved = {
         name: logging.getLogger(name).level
         for name in ("beam_dp", "beam_dp.pipelines", "apache_beam")
@@ -624,6 +798,13 @@ def cli(run: Callable[[], Any]) -> None:
             logging.getLogger(name).setLevel(level)
         if not exact_counts:
             telemetry.disable_exact_counts()
+        for name, was in environment.items():
+            if was is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = was
+        tempfile.tempdir = saved_tempdir
+        shutil.rmtree(run_temp, ignore_errors=True)
         _STATE.reset()
 
 
@@ -657,15 +838,78 @@ def run_single(
     return document
 
 
+# The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
+# the statistic's units (``accuracy_units``) shows its other keys instead.
+_LEDGER_ACCURACY = frozenset({"score_loss", "rank_error", "cell_width", "confidence"})
+_CELL, _ACCURACY_CELL = 48, 64  # widest shown cells (the sentences follow the table in full)
+
+
+def _accuracy_cell(release: dict[str, Any]) -> str:
+    """The accuracy column: the bounds in the statistic's units when the release states them
+    (``accuracy_units``), else the ledger's score-loss and rank-error bounds."""
+    accuracy = release.get("accuracy") or {}
+    units = release.get("accuracy_units") or {}
+    stated = [
+        f"{key.replace('_', ' ')} <= {_rounded_up(bound)}"
+        for key, bound in accuracy.items()
+        if key in units and key not in _LEDGER_ACCURACY and isinstance(bound, (int, float))
+    ]
+    if stated:
+        return "; ".join(stated)
+    parts = [f"score within {accuracy['score_loss']:.3g}"] if "score_loss" in accuracy else []
+    if "rank_error" in accuracy:
+        parts.append(f"rank error <= {accuracy['rank_error']:.3g}")
+    return "; ".join(parts)
+
+
+def _rounded_up(bound: float) -> str:
+    """A bound to three significant digits, rounded up (a stated bound never shrinks)."""
+    number = float(bound)
+    if number <= 0 or not math.isfinite(number):
+        return f"{number:g}"
+    rounded = decimal.Context(prec=3, rounding=decimal.ROUND_CEILING).plus(
+        decimal.Decimal(repr(number))
+    )
+    return f"{rounded:f}"
+
+
+def _accuracy_header(releases: Sequence[dict[str, Any]]) -> str:
+    levels = {(r.get("accuracy") or {}).get("confidence", 0.95) for r in releases}
+    if len(levels) == 1:
+        return f"accuracy ({float(levels.pop()) * 100:g}%)"
+    return "accuracy (at each release's confidence)"
+
+
+def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
+    """Each release's accuracy in words, once per statistic when its keys share the text."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in releases:
+        text = r.get("accuracy_description")
+        if isinstance(text, str) and text:
+            seen.setdefault((r["name"], text), []).append(
+                "" if r.get("key") is None else str(r["key"])
+            )
+    if not seen:
+        return
+    print("\naccuracy, in words:", file=out)
+    for (name, text), keys in seen.items():
+        label = name if keys == [""] or len(keys) > 1 else f"{name} [{keys[0]}]"
+        for line in textwrap.wrap(
+            f"{label}: {text}", width=100, initial_indent="  ", subsequent_indent="    "
+        ):
+            print(line, file=out)
+
+
 def print_summary(document: dict[str, Any], file: Any = None) -> None:
-    """A readable table of the releases and the budget."""
+    """A readable table of the releases and the budget.
+
+    The accuracy column shows a release's bounds in the statistic's own units when the release
+    states them (``accuracy_units``, with the sentence ``accuracy_description`` printed in full
+    after the table), and otherwise the ledger's bounds in the score's units.
+    """
     out = file if file is not None else sys.stdout
-    rows = [("name", "key", "released value", "epsilon", "accuracy (95%)")]
+    rows = [("name", "key", "released value", "epsilon", _accuracy_header(document["releases"]))]
     for r in document["releases"]:
-        accuracy = r["accuracy"]
-        parts = [f"score within {accuracy['score_loss']:.3g}"] if "score_loss" in accuracy else []
-        if "rank_error" in accuracy:
-            parts.append(f"rank error <= {accuracy['rank_error']:.3g}")
         value = r["value"]
         shown = ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
         rows.append(
@@ -674,17 +918,17 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
                 "" if r.get("key") is None else str(r["key"]),
                 shown,
                 f"{r['epsilon']:.4g}",
-                "; ".join(parts),
+                _accuracy_cell(r),
             )
         )
-    widths = [min(max(len(row[i]) for row in rows), 48) for i in range(len(rows[0]))]
+    limits = [_CELL] * (len(rows[0]) - 1) + [_ACCURACY_CELL]
+    widths = [min(max(len(row[i]) for row in rows), limits[i]) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        print(
-            "  ".join(cell[:48].ljust(width) for cell, width in zip(row, widths, strict=True)),
-            file=out,
-        )
+        cells = [cell[:width].ljust(width) for cell, width in zip(row, widths, strict=True)]
+        print("  ".join(cells).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)
+    _print_descriptions(document["releases"], out)
     budget = document["budget"]
     print(
         f"\nbudget: epsilon {budget['epsilon_spent']:.4g} of {budget['epsilon_total']:.4g} spent, "

@@ -1,10 +1,11 @@
-"""The winner of a vote among public candidates (seed 003's village election).
+"""The winner of a vote among public candidates.
 
     python -m pipelines.election --input 'votes-*.csv' --privacy_unit voter_id \\
         --candidate party --candidates 'Gyudon Party,Melon-pan Party' --epsilon 0.1 --output out/
 
-One vote per unit (a unit with several records is reduced to one). ``--score margin`` with two
-candidates and ``--relation replace`` is the seed's margin form (sensitivity 2).
+One vote per person (a person with several vote records keeps one of them). --score margin
+with two candidates scores each by its lead over the other (with --relation replace, a
+switched vote moves the lead by 2).
 """
 
 from __future__ import annotations
@@ -13,24 +14,40 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, parse_args, run_single
-from pipelines.statistics import spec_from_config
+from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.statistics import MAX_CANDIDATES, spec_from_config
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = job_parser("pipelines.election", __doc__)
     add_common_arguments(parser)
-    parser.add_argument("--candidate", required=True, help="the field holding the vote")
+    parser.add_argument(
+        "--candidate", required=True, help="the field holding each person's vote. Required"
+    )
     parser.add_argument(
         "--candidates",
         required=True,
-        help="public candidates: an existing file (one per line) or a,b,c (one: 'a,')",
+        help="the public candidates: an existing file (one per line) or a,b,c (one candidate: "
+        f"'a,'); votes for anything else are not counted. Required; at most {MAX_CANDIDATES:,}",
     )
-    parser.add_argument("--score", choices=["plurality", "margin"], default="plurality")
     parser.add_argument(
-        "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
+        "--score",
+        choices=["plurality", "margin"],
+        default="plurality",
+        help="plurality (default): the candidate with the most votes is likeliest to win; "
+        "margin: exactly two candidates, each scored by its lead over the other",
     )
-    parser.add_argument("--name", default="election")
+    parser.add_argument(
+        "--method",
+        choices=["permute_and_flip", "exponential"],
+        default="permute_and_flip",
+        help="how the released answer is drawn: permute_and_flip (default; never less "
+        "accurate on average than exponential for the same epsilon) or exponential (the "
+        "exponential mechanism)",
+    )
+    parser.add_argument(
+        "--name", default="election", help="the release's name in the outputs. Default: election"
+    )
     return parser
 
 

@@ -1,10 +1,11 @@
-"""Private quantiles of a numeric field over public bounds (seeds 000/001).
+"""Private quantiles of a numeric field (median, quartiles, ...) over public bounds.
 
     python -m pipelines.quantiles --input 'export-*.parquet' --privacy_unit user_id \\
         --value age --quantiles 0.25,0.5,0.75 --lower 0 --upper 120 --epsilon 1 --output out/
 
 Values outside [lower, upper] are clamped; NaN and nulls follow --on_bad_record. The
-candidates are a public grid of --num_points points (uniform, or log-spaced with --grid log).
+released quantiles are points of a public grid of --num_points values between the bounds
+(equally spaced, or log-spaced with --grid log).
 """
 
 from __future__ import annotations
@@ -13,25 +14,78 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, parse_args, run_single
+from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
 from pipelines.statistics import spec_from_config
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = job_parser("pipelines.quantiles", __doc__)
     add_common_arguments(parser)
-    parser.add_argument("--value", required=True, help="the numeric field")
-    parser.add_argument("--quantiles", required=True, help="comma-separated, e.g. 0.25,0.5,0.75")
-    parser.add_argument("--lower", type=float, required=True, help="public lower bound")
-    parser.add_argument("--upper", type=float, required=True, help="public upper bound")
-    parser.add_argument("--grid", choices=["uniform", "log"], default="uniform")
-    parser.add_argument("--num_points", type=int, default=None, help="grid size (default 10^6)")
-    parser.add_argument("--max_contributions", type=int, default=1, help="values kept per unit")
-    parser.add_argument("--split", choices=["recursive", "independent"], default=None)
     parser.add_argument(
-        "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
+        "--value", required=True, help="the numeric field whose quantiles are released. Required"
     )
-    parser.add_argument("--name", default="quantiles")
+    parser.add_argument(
+        "--quantiles",
+        required=True,
+        help="which quantiles, as fractions separated by commas: 0.5 is the median, "
+        "0.25,0.5,0.75 the quartiles. Required",
+    )
+    parser.add_argument(
+        "--lower",
+        type=float,
+        required=True,
+        help="the smallest value considered, chosen without looking at the data (it is not "
+        "private); smaller values count as this one. Required",
+    )
+    parser.add_argument(
+        "--upper",
+        type=float,
+        required=True,
+        help="the largest value considered, chosen the same way; larger values count as this "
+        "one. Required",
+    )
+    parser.add_argument(
+        "--grid",
+        choices=["uniform", "log"],
+        default="uniform",
+        help="how the possible answers are spaced between the bounds: uniform (default: equal "
+        "steps) or log (equal ratios, for positive values spanning several powers of ten)",
+    )
+    parser.add_argument(
+        "--num_points",
+        type=int,
+        default=None,
+        help="how many possible answers the grid has between the bounds (its resolution). "
+        "Default 1,000,000; at most 2,097,152",
+    )
+    parser.add_argument(
+        "--max_contributions",
+        type=int,
+        default=1,
+        help="how many values of one person are used; the others are dropped, chosen at "
+        "random. More keeps more data but each person weighs more. Default 1",
+    )
+    parser.add_argument(
+        "--split",
+        choices=["recursive", "independent"],
+        default=None,
+        help="how several quantiles share epsilon: recursive (each chosen inside the range "
+        "the others leave) or independent (each on all the data with an equal share). "
+        "Default: recursive for three quantiles or more, independent for one or two",
+    )
+    parser.add_argument(
+        "--method",
+        choices=["permute_and_flip", "exponential"],
+        default="permute_and_flip",
+        help="how the released answer is drawn: permute_and_flip (default; never less "
+        "accurate on average than exponential for the same epsilon) or exponential (the "
+        "exponential mechanism)",
+    )
+    parser.add_argument(
+        "--name",
+        default="quantiles",
+        help="the release's name in the outputs. Default: quantiles",
+    )
     return parser
 
 

@@ -28,18 +28,18 @@ The config is TOML::
     k = 3
     weight = 2                       # a share of the budget by weight, or epsilon = 0.5
 
-A statistic's other keys are its beam_dp transform's parameters (``lower``, ``upper``,
-``quantiles``, ``prices``, ``max_contributions``, ``key``/``keys`` for per-key releases, ...):
-the keys each type accepts are derived from the transform's signature
-(:func:`pipelines.statistics.statistic_keys`). An unknown key in any table is an error naming
-the nearest valid key; so is a value of the wrong type. Flags other than --config, --output and
-the operator's switches (--log_exact_counts, --show_tracebacks_unsafe) must be Beam pipeline
-options.
+A statistic's other keys are the parameters of its type (lower, upper, quantiles, prices,
+max_contributions, key and keys for one release per key, ...): the keys each type accepts are
+listed below (derived from the library's signatures, so the list cannot drift from the code).
+An unknown key in any table is an error naming the nearest valid key; so is a value of the
+wrong type. Flags other than --config, --output and the operator's switches must be Beam
+pipeline options.
 """
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,13 +49,16 @@ from beam_dp._validation import check_relation
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.io import FORMATS
 from pipelines.common import (
+    JOB_EPILOG,
+    SKIP_HINT_CONFIG,
     add_operator_arguments,
     cli,
+    job_parser,
     parse_args,
     print_summary,
     run_statistics,
 )
-from pipelines.statistics import check_table, spec_from_config
+from pipelines.statistics import TYPES, check_table, spec_from_config, statistic_keys
 
 TABLES: dict[str, Any] = {"input": dict, "budget": dict, "statistics": list}
 INPUT_KEYS: dict[str, Any] = {
@@ -113,11 +116,51 @@ def load_config(path: str) -> dict[str, Any]:
     return config
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the job's TOML config")
-    parser.add_argument("--output", required=True, help="directory for the outputs")
+def config_keys_help() -> str:
+    """The keys each table of the config accepts, derived from the same lists the checks use."""
+    common = set.intersection(*(set(statistic_keys(kind, per_key=False)) for kind in TYPES))
+    rows = [
+        ("[input]", ", ".join(INPUT_KEYS)),
+        ("[budget]", ", ".join(BUDGET_KEYS)),
+        ("[[statistics]]", ", ".join(sorted(common))),
+    ]
+    for kind in TYPES:
+        own = sorted(set(statistic_keys(kind, per_key=False)) - common)
+        per_key = sorted(set(statistic_keys(kind, per_key=True)) - common - set(own))
+        text = ", ".join(own) + (f"; per key: {', '.join(per_key)}" if per_key else "")
+        rows.append((f'type = "{kind}"', text))
+    lines = ["The config's keys (README section \"The release job's config\" explains them):"]
+    for table, keys in rows:
+        lines += textwrap.wrap(
+            keys,
+            width=92,
+            initial_indent=f"  {table:<25} ",
+            subsequent_indent=" " * 28,
+            break_on_hyphens=False,
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = job_parser("pipelines.release", __doc__, epilog=config_keys_help() + "\n" + JOB_EPILOG)
+    parser.add_argument(
+        "--config",
+        required=True,
+        help="the job's TOML config: the input, the total budget and one [[statistics]] table "
+        "per release (the format is above, the keys below). Required",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        help="a directory for release.json, release.avro and report.html, created if missing; "
+        "checked writable before anything runs, written only if the job succeeds. Required",
+    )
     add_operator_arguments(parser)
+    return parser
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = _parser()
     args, options = parse_args(parser, argv)
     config = load_config(args.config)
     base = Path(args.config).resolve().parent
@@ -158,4 +201,4 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    cli(run)
+    cli(run, skip_hint=SKIP_HINT_CONFIG)

@@ -46,6 +46,7 @@ from beam_dp.summaries.quantiles import DEFAULT_SPLIT, parse_quantiles, plan_qua
 
 __all__ = [
     "CONFIG_KEYS",
+    "MAX_CANDIDATES",
     "TYPES",
     "StatisticSpec",
     "check_table",
@@ -56,6 +57,11 @@ __all__ = [
     "suggest",
     "suggest_names",
 ]
+
+MAX_CANDIDATES = 1_000_000
+"""The longest public list a job scores (candidates, keys, prices): each candidate costs the
+pipeline a score per shard and the mechanism a pass, so a longer list is refused when it is
+read, before any work, rather than left to run for minutes or exhaust memory."""
 
 TYPES = ("top_candidates", "best_price", "election", "quantiles", "median", "min", "max", "mean")
 _TRANSFORMS: dict[str, Any] = {
@@ -300,7 +306,7 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
             between commas, or any other type.
     """
     if isinstance(spec, (list, tuple)):
-        return list(spec)
+        return _limited(list(spec), name=name, source="the list")
     if not isinstance(spec, str):
         raise ValueError(f"{name!r} must be a list or a string; received {_kind_of(spec)}")
     path = Path(spec).expanduser()
@@ -313,7 +319,7 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
             "rename the file, or give the labels as a list"
         )
     if is_file:
-        return list(read_labels(path))
+        return _limited(list(read_labels(path)), name=name, source=f"the file {str(path)!r}")
     if "," not in spec:
         if path.exists():
             raise ValueError(f"{name!r}: {spec!r} is not a file (one label per line)")
@@ -327,6 +333,20 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
         labels.pop()
     if not labels or any(label == "" for label in labels):
         raise ValueError(f"{name!r}: an empty label in the comma-separated list {spec!r}")
+    return _limited(labels, name=name, source="the comma-separated list")
+
+
+def _too_many(name: str, count: int, source: str, remedy: str) -> ValueError:
+    return ValueError(
+        f"{name!r}: {source} holds {count:,} entries, more than the {MAX_CANDIDATES:,} a job "
+        f"can score in reasonable time and memory; {remedy}"
+    )
+
+
+def _limited(labels: list[Any], *, name: str, source: str) -> list[Any]:
+    """``labels`` if there are at most :data:`MAX_CANDIDATES` of them (a public count)."""
+    if len(labels) > MAX_CANDIDATES:
+        raise _too_many(name, len(labels), source, "give fewer")
     return labels
 
 
@@ -341,6 +361,12 @@ def parse_prices(spec: str) -> list[float]:
     if not (step > 0 and start > 0 and stop > start):
         raise ValueError(f"'prices' needs 0 < START < STOP and STEP > 0; received {spec!r}")
     count = int((stop - start) / step)
+    if count > MAX_CANDIDATES:  # counted before any price is made
+        raise ValueError(
+            f"'prices': START:STOP:STEP {spec!r} makes about {count:,} prices, more than the "
+            f"{MAX_CANDIDATES:,} a job can score in reasonable time and memory; choose a larger "
+            "STEP or a narrower range"
+        )
     return [float(p) for p in (start + i * step for i in range(count + 1)) if p < stop]
 
 

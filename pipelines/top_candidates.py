@@ -1,12 +1,12 @@
-"""The most popular public candidates (seed 002's heavy hitter): top-k by distinct units.
+"""The most popular labels (websites, products, ...): the top k by number of distinct people.
 
     python -m pipelines.top_candidates --input 'export-*.avro' --privacy_unit user_id \\
         --candidate website [--candidates websites.txt] [--k 3] --epsilon 1 [--delta 1e-6] \\
         --output out/
 
-Without ``--candidates`` the labels are first chosen from the data by DP key selection
-(thresholded noisy distinct-unit counts), which needs ``--delta > 0`` and spends
-``--key_selection_fraction`` of epsilon.
+Without --candidates the labels are first chosen from the data by DP key selection (noisy
+counts of distinct people, kept above a threshold), which needs --delta > 0 and spends
+--key_selection_fraction of epsilon.
 """
 
 from __future__ import annotations
@@ -15,25 +15,56 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, parse_args, run_single
-from pipelines.statistics import spec_from_config
+from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.statistics import MAX_CANDIDATES, spec_from_config
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = job_parser("pipelines.top_candidates", __doc__)
     add_common_arguments(parser)
-    parser.add_argument("--candidate", required=True, help="the field naming the candidate")
+    parser.add_argument(
+        "--candidate", required=True, help="the field holding the label counted. Required"
+    )
     parser.add_argument(
         "--candidates",
-        help="public candidates: an existing file (one per line) or a,b,c (one: 'a,')",
+        help="the public labels to choose among: an existing file (one per line) or a,b,c (one "
+        f"label: 'a,'); at most {MAX_CANDIDATES:,}. Default: none; the labels are then chosen "
+        "from the data first (DP key selection), which needs --delta > 0 and spends "
+        "--key_selection_fraction of epsilon",
     )
-    parser.add_argument("--k", type=int, default=1, help="how many candidates to release")
-    parser.add_argument("--max_candidates_per_unit", type=int, default=None)
     parser.add_argument(
-        "--method", choices=["permute_and_flip", "exponential"], default="permute_and_flip"
+        "--k",
+        type=int,
+        default=1,
+        help="how many labels to release, most popular first. Default 1",
     )
-    parser.add_argument("--key_selection_fraction", type=float, default=0.5)
-    parser.add_argument("--name", default="top_candidates")
+    parser.add_argument(
+        "--max_candidates_per_unit",
+        type=int,
+        default=None,
+        help="how many distinct labels of one person are counted (the others are dropped). "
+        "Default: no limit (a person still counts at most once per label)",
+    )
+    parser.add_argument(
+        "--method",
+        choices=["permute_and_flip", "exponential"],
+        default="permute_and_flip",
+        help="how the released answer is drawn: permute_and_flip (default; never less "
+        "accurate on average than exponential for the same epsilon) or exponential (the "
+        "exponential mechanism)",
+    )
+    parser.add_argument(
+        "--key_selection_fraction",
+        type=float,
+        default=0.5,
+        help="without --candidates: the share of epsilon spent choosing the labels from the "
+        "data; the rest chooses the top k among them. Default 0.5 (half)",
+    )
+    parser.add_argument(
+        "--name",
+        default="top_candidates",
+        help="the release's name in the outputs. Default: top_candidates",
+    )
     return parser
 
 

@@ -1,0 +1,79 @@
+"""What reaches a user's terminal from a job: our lines, not other libraries' noise.
+
+Imports no Beam (and nothing heavy), so that :func:`quiet_third_party` can run before Apache
+Beam is imported: Beam logs ``apitools not found`` on the root logger while it imports its GCP
+modules, and that import happens when a job module is loaded, before :func:`pipelines.common.cli`
+runs. ``pipelines/__init__.py`` therefore calls it when Python is locating a ``python -m
+pipelines.<job>`` module (documented: ``sys.argv[0]`` is ``"-m"`` then), and sets
+:data:`QUIET_ENV` so that worker processes a runner spawns from the job (Dask's nannies) do the
+same; :func:`pipelines.common.cli` calls it too. Nothing here is installed by the library
+(``beam_dp``), and importing ``pipelines`` from other code (tests, notebooks) changes nothing.
+
+Only known messages that a user cannot act on are dropped, by exact text: Beam's
+``apitools not found`` warning, its Dask runner's ``Discarding unparseable args`` and default
+partition-size warnings, Dask's own partition warnings and its dashboard's "port already in
+use" warning; Dask's ``distributed`` INFO chatter (scheduler and worker start-up) is raised to
+WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+__all__ = ["ENVIRONMENT", "LOG_FORMAT", "QUIET_ENV", "quiet_third_party"]
+
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+QUIET_ENV = "BEAM_DP_QUIET_CLI"
+_DASK_LOGGING = "DASK_LOGGING__DISTRIBUTED"
+ENVIRONMENT = (QUIET_ENV, _DASK_LOGGING)  # the variables quiet_third_party sets
+
+# (logger name, start of the message) of the records dropped.
+_DROPPED = (
+    ("root", "apitools not found"),
+    ("apache_beam.options.pipeline_options", "Discarding unparseable args"),
+    ("apache_beam.runners.dask.transform_evaluator", "The new default partition size"),
+)
+
+
+class _DropKnownNoise(logging.Filter):
+    """Drops a record whose unformatted message starts with one of the known texts."""
+
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        super().__init__()
+        self._starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self._starts))
+
+
+def _install(logger: logging.Logger, starts: tuple[str, ...]) -> None:
+    if not any(isinstance(f, _DropKnownNoise) for f in logger.filters):
+        logger.addFilter(_DropKnownNoise(starts))
+
+
+def quiet_third_party() -> None:
+    """Install the filters (idempotent) and set up our log format on a bare root logger.
+
+    A filter on a logger sees the records logged on that very logger, which is where each of
+    these messages is logged. ``logging.basicConfig`` here also keeps Beam's module-level
+    ``logging.warning`` from setting up the root logger with its own format first (it does
+    nothing when the root logger already has a handler, as under pytest).
+    """
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    for name, start in _DROPPED:
+        _install(logging.getLogger() if name == "root" else logging.getLogger(name), (start,))
+    distributed = logging.getLogger("distributed")
+    if distributed.level == logging.NOTSET or distributed.level < logging.WARNING:
+        distributed.setLevel(logging.WARNING)
+    # Dask's own UserWarnings about partitions (dask.bag) are not a user's to act on either.
+    warnings.filterwarnings("ignore", message=r".*partition", category=UserWarning, module="dask")
+    # A local Dask cluster's dashboard finding its default port taken moves to another port.
+    warnings.filterwarnings(
+        "ignore", message=r"Port \d+ is already in use", category=UserWarning, module="distributed"
+    )
+    # Dask reads its logging levels from the environment when it is imported, here and in
+    # the worker processes its local cluster spawns; a user's own setting wins.
+    os.environ.setdefault(_DASK_LOGGING, "warning")
+    os.environ[QUIET_ENV] = "1"  # inherited by the processes a runner spawns
