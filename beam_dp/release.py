@@ -260,6 +260,7 @@ def quantile_statement(
             "rank_error": f"ranks among the N {rows}, beyond the best grid point",
             "score_loss": f"ranks among the N {rows} (one selection)",
             "cell_width": "value units",
+            "fine_rank_error": f"ranks among the N {rows}, second pass alone",
         },
         description=(
             f"{level}, {what} at most {_stated(loss)} farther from {target} than the best grid "

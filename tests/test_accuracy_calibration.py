@@ -388,6 +388,10 @@ def test_several_quantiles_say_the_bound_is_summed_over_the_path() -> None:
     )
     assert "summed over the selections on its path" in statement.description
     assert "alpha in 0.25, 0.5, 0.75" in statement.description
+    two_pass = quantile_statement(
+        [0.5], rank_error=9.0, confidence=0.95, several_rounds=False, two_pass=True
+    )
+    assert "coarse-to-fine" in two_pass.description and "fine_rank_error" in two_pass.units
 
 
 def test_selection_statements_are_in_the_scores_own_units() -> None:
