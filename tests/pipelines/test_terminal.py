@@ -1,0 +1,302 @@
+"""What a user sees on the terminal (issue 10): one line per failure, progress without counts,
+no third-party noise, help that explains, the accuracy column in the statistic's units.
+
+The bad-input cases run the jobs as a user does (``python -m pipelines.<job>`` in a
+subprocess), so that what is printed before ``cli`` runs (Beam's import-time warnings) counts.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines import _terminal, best_price, common, election, quantiles, release, top_candidates
+from pipelines.statistics import MAX_CANDIDATES, parse_prices, public_list
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = str(REPO / "sample_data" / "survey" / "export-*.avro")
+PROGRESS = "INFO beam_dp.pipelines: "  # the prefix of a progress line (pipelines._terminal)
+
+
+def _job(
+    job: str, *argv: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"pipelines.{job}", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def _price_argv(pattern: str, out: Path, *extra: str) -> list[str]:
+    return ["--input", pattern, "--privacy_unit", "user_id", "--value", "willingness_to_pay",
+            "--epsilon", "1", "--output", str(out), *extra]  # fmt: skip
+
+
+def _one_line(result: subprocess.CompletedProcess[str], *expected: str) -> str:
+    """The run failed, and stderr is exactly one line (saying all of ``expected``)."""
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    for part in expected:
+        assert part in lines[0], lines[0]
+    return lines[0]
+
+
+def _corrupt_parquet(directory: Path) -> str:
+    directory.mkdir(parents=True)
+    table = pa.table(
+        {
+            "user_id": [f"u{i}" for i in range(1000)],
+            "willingness_to_pay": [0.5 + i / 1000 for i in range(1000)],
+        }
+    )
+    path = directory / "export-00000.parquet"
+    pq.write_table(table, path, compression="snappy")
+    data = bytearray(path.read_bytes())
+    for i in range(200, 1200):  # inside the first column chunk's data page
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    return str(directory / "*.parquet")
+
+
+# ------------------------------------------------------------------- one line per failure
+
+
+def test_no_file_matches_is_one_line(tmp_path: Path) -> None:
+    pattern = str(tmp_path / "none-*.avro")
+    _one_line(
+        _job("best_price", *_price_argv(pattern, tmp_path / "out")), "no file matches", pattern
+    )
+
+
+def test_unwritable_output_is_one_line_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("not a directory")
+    out = tmp_path / "a_file" / "out"
+    _one_line(
+        _job("best_price", *_price_argv(SAMPLE, out)), f"--output {out}", "not writable"
+    )  # no progress line either: the input was not even listed
+
+
+def test_unwritable_output_is_refused_before_the_pipeline_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the pipeline ran before --output was checked")
+
+    monkeypatch.setattr(common, "run_and_write", must_not_run)
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit) as info:
+        common.cli(lambda: best_price.run(_price_argv(SAMPLE, tmp_path / "a_file" / "out")))
+    assert "not writable" in str(info.value.code)
+    # A writable directory that did not exist is probed and removed again (nothing is left
+    # behind if the job fails later).
+    out = tmp_path / "new" / "deeper" / "out"
+    common._check_writable(str(out))
+    assert not (tmp_path / "new").exists()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    common._check_writable(str(existing))
+    assert list(existing.iterdir()) == []
+
+
+def test_config_typo_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[input]\npath = "{SAMPLE}"\nprivacy_unt = "user_id"\n\n[budget]\nepsilon = 1.0\n\n'
+        '[[statistics]]\nname = "p"\ntype = "best_price"\nvalue = "willingness_to_pay"\n'
+    )
+    _one_line(
+        _job("release", "--config", str(config), "--output", str(tmp_path / "out")),
+        "'privacy_unt'",
+        "[input]",
+        "did you mean 'privacy_unit'",
+    )
+
+
+def test_corrupt_parquet_page_is_one_error_line_with_the_jobs_hint(tmp_path: Path) -> None:
+    pattern = _corrupt_parquet(tmp_path / "in")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    result = _job("best_price", *_price_argv(pattern, tmp_path / "out"), env={"TMPDIR": str(temp)})
+    assert result.returncode != 0
+    lines = result.stderr.splitlines()
+    errors = [line for line in lines if not line.startswith(PROGRESS)]
+    assert len(errors) == 1, result.stderr  # progress lines before it, nothing else
+    assert errors[0] == lines[-1] and errors[0].startswith("error: "), result.stderr
+    for part in ("export-00000.parquet", "row group", "parquet", "--on_bad_record skip"):
+        assert part in errors[0], errors[0]
+    assert "on_bad_record='skip'" not in result.stderr  # the library's parameter, translated
+    assert not (tmp_path / "out").exists()
+    # Beam's staging directories (beam-temp*, tmp*) and the releases' scratch are removed.
+    assert list(temp.iterdir()) == []
+
+
+def test_release_job_hint_names_the_config_key(tmp_path: Path) -> None:
+    pattern = _corrupt_parquet(tmp_path / "in")
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[input]\npath = "{pattern}"\nprivacy_unit = "user_id"\n\n[budget]\nepsilon = 1.0\n\n'
+        '[[statistics]]\nname = "p"\ntype = "best_price"\nvalue = "willingness_to_pay"\n'
+    )
+    result = _job("release", "--config", str(config), "--output", str(tmp_path / "out"))
+    assert result.returncode != 0
+    assert result.stderr.splitlines()[-1].endswith(
+        'use on_bad_record = "skip" in the config\'s [input] to skip such files)'
+    ), result.stderr
+
+
+# --------------------------------------------------------------- candidate lists: a limit
+
+
+def test_a_huge_price_grid_is_refused_before_any_work(tmp_path: Path) -> None:
+    # 10^9 prices ran past 5 minutes before the limit; 30 s is a guard against a hang, not a
+    # measure (the refusal takes as long as starting Python and importing Beam).
+    result = _job(
+        "best_price",
+        *_price_argv(SAMPLE, tmp_path / "out", "--prices", "0.000001:1000:0.000001"),
+        timeout=30,
+    )
+    line = _one_line(result, "'prices'", f"{MAX_CANDIDATES:,}", "larger STEP")
+    assert "999,999,999" in line  # the number of prices asked for (public: from the flag)
+    with pytest.raises(ValueError, match="more than the 1,000,000"):
+        parse_prices("0.01:100000:0.01")  # the issue's example: 10^7 prices
+    assert len(parse_prices("0.01:10000.01:0.01")) == MAX_CANDIDATES  # the limit itself is fine
+
+
+def test_a_huge_candidate_list_is_refused(tmp_path: Path) -> None:
+    labels = [f"c{i}" for i in range(MAX_CANDIDATES + 1)]
+    with pytest.raises(ValueError, match="'candidates': the list holds 1,000,001 entries"):
+        public_list(labels, name="candidates")
+    path = tmp_path / "many.txt"
+    path.write_text("\n".join(labels))
+    with pytest.raises(ValueError, match="more than the 1,000,000"):
+        public_list(str(path), name="candidates")
+    assert len(public_list(labels[:MAX_CANDIDATES], name="candidates")) == MAX_CANDIDATES
+
+
+# ------------------------------------------------------------- a normal run: progress only
+
+
+def test_a_normal_run_prints_progress_and_no_third_party_noise(tmp_path: Path) -> None:
+    result = _job("best_price", *_price_argv(SAMPLE, tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "apitools" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith(PROGRESS) for line in lines), result.stderr
+    text = result.stderr
+    assert "(3 file(s), about " in text and " kB)" in text  # files and their approximate size
+    assert "the pipeline finished in " in text
+    assert "stage(s) done: ReadExport, best_price, AllReleases, Collect" in text
+    assert "revenue loss <=" in result.stdout or "score within" in result.stdout
+
+
+def test_known_noise_is_filtered_and_other_records_pass(caplog: pytest.LogCaptureFixture) -> None:
+    _terminal.quiet_third_party()
+    for name in _terminal.ENVIRONMENT:  # set for the processes a job spawns; not for tests
+        os.environ.pop(name, None)
+    with caplog.at_level(logging.INFO):
+        logging.getLogger().warning("apitools not found, and bigquery client libraries ...")
+        logging.getLogger("apache_beam.options.pipeline_options").warning(
+            "Discarding unparseable args: %s", ["--x"]
+        )
+        logging.getLogger("apache_beam.runners.dask.transform_evaluator").warning(
+            "The new default partition size is 128, it used to be 1 in previous versions."
+        )
+        logging.getLogger("apache_beam.options.pipeline_options").warning("something else")
+    assert "apitools" not in caplog.text
+    assert "Discarding" not in caplog.text and "partition size" not in caplog.text
+    assert "something else" in caplog.text
+
+
+def test_importing_the_package_installs_nothing() -> None:
+    code = (
+        "import logging, pipelines\n"
+        "assert not logging.getLogger().filters, logging.getLogger().filters\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != _terminal.QUIET_ENV},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------------------ --help
+
+
+@pytest.mark.parametrize("job", [best_price, election, quantiles, top_candidates, release])
+def test_help_explains_every_flag_and_its_default(job: Any) -> None:
+    parser = release._parser() if job is release else job._parser()
+    text = parser.format_help()
+    assert "seed" not in text.lower()
+    assert "``" not in text and ":func:" not in text  # no reStructuredText markup
+    for action in parser._actions:
+        if not action.option_strings or action.option_strings == ["-h", "--help"]:
+            continue
+        flag = action.option_strings[0]
+        assert action.help and len(action.help) > 20, flag
+        if not action.required and flag not in ("--privacy_unit", "--record_level"):
+            assert "default" in action.help.lower(), flag
+    assert "Beam pipeline option" in text and "stderr" in text
+
+
+def test_release_help_documents_the_config() -> None:
+    text = release._parser().format_help()
+    assert "The release job's config" in text  # the README section
+    for key in (*release.INPUT_KEYS, *release.BUDGET_KEYS, "weight", "candidates", "prices"):
+        assert key in text, key
+    for kind in ("top_candidates", "best_price", "election", "quantiles", "mean"):
+        assert f'type = "{kind}"' in text, kind
+
+
+# ----------------------------------------------------------------- the summary's accuracy
+
+
+def _document(release_record: dict[str, Any]) -> dict[str, Any]:
+    base = {"name": "price", "value": 0.45, "epsilon": 1.0, "key": None}
+    budget = {"epsilon_spent": 1.0, "epsilon_total": 1.0, "delta_spent": 0.0, "delta_total": 0.0}
+    return {"releases": [{**base, **release_record}], "budget": budget}
+
+
+def _summary(document: dict[str, Any]) -> str:
+    out = io.StringIO()
+    common.print_summary(document, file=out)
+    return out.getvalue()
+
+
+def test_summary_shows_accuracy_in_the_statistics_units_when_stated() -> None:
+    stated = _summary(
+        _document(
+            {
+                "accuracy": {"confidence": 0.9, "score_loss": 16.4952, "revenue_loss": 16.4952},
+                "accuracy_units": {"revenue_loss": "currency", "score_loss": "currency"},
+                "accuracy_description": "With probability 0.9, the released price earns at "
+                "most 16.5 less revenue than the best price on the grid.",
+            }
+        )
+    )
+    assert "accuracy (90%)" in stated
+    assert "revenue loss <= 16.5" in stated  # rounded up, never down
+    assert "score within" not in stated
+    assert "price: With probability 0.9, the released price earns" in stated
+    plain = _summary(_document({"accuracy": {"score_loss": 16.4952, "rank_error": 3.0}}))
+    assert "score within 16.5; rank error <= 3" in plain  # a release without the statement
+    assert "in words" not in plain
