@@ -61,33 +61,85 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--ledger",
             default=os.environ.get(ENV_URL),
-            help=f"ledger URL (default: ${ENV_URL})",
+            help="the ledger: sqlite:///path/budget.db or postgresql://user@host/db. Default: "
+            f"${ENV_URL} (required if it is not set)",
         )
-        sub.add_argument("--dataset", required=dataset, help="the dataset's name")
-        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        sub.add_argument(
+            "--dataset",
+            required=dataset,
+            help="the dataset's name (the population its budget protects)"
+            + (". Required" if dataset else ". Default: every dataset"),
+        )
+        sub.add_argument(
+            "--json", action="store_true", help="print JSON instead of a table. Default: a table"
+        )
         return sub
 
     create = command("create", "create a dataset with its total (creates the ledger if new)")
-    create.add_argument("--composition", choices=["basic", "zcdp"], default="basic")
-    create.add_argument("--epsilon", help="total epsilon (per period when renewed)")
-    create.add_argument("--delta", default="0", help="total delta; for zcdp the report delta")
-    create.add_argument("--rho", help="total rho of a zcdp dataset")
-    create.add_argument("--relation", choices=["add_remove", "replace"], default="add_remove")
-    create.add_argument("--renewal", choices=list(RENEWALS), default="none")
-    create.add_argument("--note", default="", help="public text: owner, population")
+    create.add_argument(
+        "--composition",
+        choices=["basic", "zcdp"],
+        default="basic",
+        help="how the runs' spending adds up: basic (default: epsilons and deltas add) or zcdp "
+        "(zero-concentrated DP: rhos add, tighter for many releases; give --rho or --epsilon "
+        "and --delta)",
+    )
+    create.add_argument(
+        "--epsilon",
+        help="the dataset's total epsilon (per period with --renewal). No default: give it "
+        "(or --rho for zcdp)",
+    )
+    create.add_argument(
+        "--delta",
+        default="0",
+        help="the total delta; for zcdp, the delta at which its epsilon is reported. Default 0",
+    )
+    create.add_argument("--rho", help="the total rho of a zcdp dataset. Default: none")
+    create.add_argument(
+        "--relation",
+        choices=["add_remove", "replace"],
+        default="add_remove",
+        help="what the guarantee hides: add_remove (default) whether a person is in the data; "
+        "replace what a person's records say when who is in the data is public",
+    )
+    create.add_argument(
+        "--renewal",
+        choices=list(RENEWALS),
+        default="none",
+        help="whether the allowance starts afresh each period (daily, weekly, ...). Default: "
+        "none, one total for all time",
+    )
+    create.add_argument(
+        "--note",
+        default="",
+        help="public text shown with the dataset (owner, population). Default: empty",
+    )
 
     command("show", "the budget of one dataset, or of every dataset", dataset=False)
     command("history", "every run and owner action of a dataset")
 
     renew = command("renew", "change the renewal rule (and allowance) from the next period on")
-    renew.add_argument("--renewal", choices=list(RENEWALS), required=True)
-    renew.add_argument("--epsilon", help="new allowance epsilon for later periods")
-    renew.add_argument("--delta", help="new allowance delta for later periods")
-    renew.add_argument("--rho", help="new allowance rho for later periods (zcdp)")
+    renew.add_argument(
+        "--renewal",
+        choices=list(RENEWALS),
+        required=True,
+        help="the new renewal rule, from the next period on. Required",
+    )
+    renew.add_argument(
+        "--epsilon", help="the allowance's epsilon in later periods. Default: unchanged"
+    )
+    renew.add_argument("--delta", help="the allowance's delta in later periods. Default: unchanged")
+    renew.add_argument(
+        "--rho", help="the allowance's rho in later periods (zcdp). Default: unchanged"
+    )
 
     release = command("release", "lift the charge of a reserved or abandoned run (owner)")
-    release.add_argument("--run", type=int, required=True, help="the run's id (see show)")
-    release.add_argument("--reason", required=True, help="why no output of it can have escaped")
+    release.add_argument(
+        "--run", type=int, required=True, help="the run's id (see history). Required"
+    )
+    release.add_argument(
+        "--reason", required=True, help="why no output of it can have escaped. Required"
+    )
     return parser
 
 

@@ -7,6 +7,7 @@ subprocess), so that what is printed before ``cli`` runs (Beam's import-time war
 
 from __future__ import annotations
 
+import argparse
 import io
 import logging
 import os
@@ -300,3 +301,18 @@ def test_summary_shows_accuracy_in_the_statistics_units_when_stated() -> None:
     plain = _summary(_document({"accuracy": {"score_loss": 16.4952, "rank_error": 3.0}}))
     assert "score within 16.5; rank error <= 3" in plain  # a release without the statement
     assert "in words" not in plain
+
+
+def test_budget_help_explains_every_flag_and_its_default() -> None:
+    from pipelines import budget
+
+    parser = budget._parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            if not action.option_strings or action.option_strings == ["-h", "--help"]:
+                continue
+            flag = f"{name} {action.option_strings[0]}"
+            assert action.help and len(action.help) > 20, flag
+            if not action.required:
+                assert "default" in action.help.lower(), flag
