@@ -43,7 +43,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -124,11 +124,21 @@ the end, a table of the releases and the budget to stdout. A failure prints one 
 """
 
 
+class _JobArgumentParser(argparse.ArgumentParser):
+    """Reports a usage error in one line (the full usage is in --help), like every failure."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def job_parser(
     module: str, description: str | None, *, epilog: str = JOB_EPILOG
 ) -> argparse.ArgumentParser:
-    """A job's parser: its module docstring as description, kept as written, and the epilog."""
-    return argparse.ArgumentParser(
+    """A job's parser: its module docstring as description, kept as written, and the epilog.
+
+    A usage error (a missing flag, a value not among the choices) is one line, not the usage.
+    """
+    return _JobArgumentParser(
         prog=f"python -m {module}",
         description=description,
         epilog=epilog,

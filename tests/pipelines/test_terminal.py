@@ -316,3 +316,20 @@ def test_budget_help_explains_every_flag_and_its_default() -> None:
             assert action.help and len(action.help) > 20, flag
             if not action.required:
                 assert "default" in action.help.lower(), flag
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--input", "x", "--record_level", "--value", "v", "--epsilon", "1", "--output", "o",
+         "--relation", "nope"],
+        ["--input", "x"],
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        best_price._parser().parse_args(argv)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert "python -m pipelines.best_price --help" in lines[0]
