@@ -591,8 +591,8 @@ def _check_writable(output: str) -> None:
     """
     probe_name = f".beam_dp_write_probe_{uuid.uuid4().hex}"
     if "://" in output:
-        probe = FileSystems.join(output, probe_name)
         try:
+            probe = FileSystems.join(output, probe_name)
             with FileSystems.create(probe) as handle:
                 handle.write(b"")
             FileSystems.delete([probe])

@@ -113,6 +113,10 @@ def test_unwritable_output_is_refused_before_the_pipeline_is_built(
     existing.mkdir()
     common._check_writable(str(existing))
     assert list(existing.iterdir()) == []
+    # Other filesystems are probed through Beam's FileSystems: one that cannot be written (here
+    # one Beam does not know) is refused in the same words.
+    with pytest.raises(ValueError, match=r"^--output nosuch://bucket/out is not writable"):
+        common._check_writable("nosuch://bucket/out")
 
 
 def test_config_typo_is_one_line(tmp_path: Path) -> None:
