@@ -560,11 +560,6 @@ def _match_input_files(pattern: str) -> tuple[int, int]:
     return len(found), sum(int(match.size_in_bytes or 0) for match in found)
 
 
-def _count_input_files(pattern: str) -> int:
-    """How many files the input pattern matches (a public fact); none is an error."""
-    return _match_input_files(pattern)[0]
-
-
 _READ_EXPORT, _ALL_RELEASES, _COLLECT = "ReadExport", "AllReleases", "Collect"
 _JOB_STAGES = (_READ_EXPORT, _ALL_RELEASES, _COLLECT)  # a statistic may not take these names
 

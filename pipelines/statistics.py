@@ -336,17 +336,13 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
     return _limited(labels, name=name, source="the comma-separated list")
 
 
-def _too_many(name: str, count: int, source: str, remedy: str) -> ValueError:
-    return ValueError(
-        f"{name!r}: {source} holds {count:,} entries, more than the {MAX_CANDIDATES:,} a job "
-        f"can score in reasonable time and memory; {remedy}"
-    )
-
-
 def _limited(labels: list[Any], *, name: str, source: str) -> list[Any]:
     """``labels`` if there are at most :data:`MAX_CANDIDATES` of them (a public count)."""
     if len(labels) > MAX_CANDIDATES:
-        raise _too_many(name, len(labels), source, "give fewer")
+        raise ValueError(
+            f"{name!r}: {source} holds {len(labels):,} entries, more than the "
+            f"{MAX_CANDIDATES:,} a job can score in reasonable time and memory; give fewer"
+        )
     return labels
 
 
