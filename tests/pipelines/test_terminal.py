@@ -337,3 +337,19 @@ def test_a_usage_error_is_one_line(argv: list[str], capsys: pytest.CaptureFixtur
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert "python -m pipelines.best_price --help" in lines[0]
+
+
+@pytest.mark.slow
+def test_a_dask_run_prints_progress_only(tmp_path: Path) -> None:
+    # The runner starts a local cluster: its scheduler's and workers' start-up logs, Beam's
+    # warnings in the worker processes and Dask's partition warnings must not show.
+    result = _job(
+        "best_price",
+        *_price_argv(SAMPLE, tmp_path / "out"),
+        "--runner",
+        "apache_beam.runners.dask.dask_runner.DaskRunner",
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith(PROGRESS) for line in lines), result.stderr
