@@ -24,11 +24,13 @@ def _parser() -> argparse.ArgumentParser:
     add_common_arguments(parser)
     parser.add_argument(
         "--value",
+        metavar="FIELD",
         required=True,
         help="the field holding the most each person would pay. Required",
     )
     parser.add_argument(
         "--prices",
+        metavar="GRID_FILE_OR_LIST",
         default=None,
         help=(
             "the public prices to choose from: START:STOP:STEP in decimals, STOP excluded; or "
@@ -38,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--per_unit",
+        metavar="RULE",
         default="max",
         help="how several answers of one person become one: max (default), min or mean",
     )
@@ -51,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--name",
+        metavar="NAME",
         default="best_price",
         help="the release's name in the outputs. Default: best_price",
     )

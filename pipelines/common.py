@@ -171,6 +171,7 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ledger",
+        metavar="URL",
         default=os.environ.get("BEAM_DP_LEDGER_URL") or None,
         help="a persistent budget ledger (sqlite:///path/budget.db or postgresql://user@host/db) "
         "that keeps what each dataset has spent across runs: with --dataset, the job reserves "
@@ -180,6 +181,7 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dataset",
+        metavar="NAME",
         help="the ledger's name for the population this job reads (see python -m "
         "pipelines.budget create). Default: none (give it with --ledger)",
     )
@@ -195,6 +197,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
     """The flags every job has."""
     parser.add_argument(
         "--input",
+        metavar="PATTERN",
         required=True,
         help="the export's files: a path or a glob in quotes ('export-*.avro'), local or on any "
         "filesystem Beam reads (gs://...); it must match at least one file. Required",
@@ -208,6 +211,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
     unit = parser.add_mutually_exclusive_group(required=True)
     unit.add_argument(
         "--privacy_unit",
+        metavar="FIELD",
         help="the field that identifies a person (a user id): all of one person's records are "
         "bounded together, so the release protects people, not just records. Required unless "
         "--record_level",
@@ -223,6 +227,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
     )
     parser.add_argument(
         "--epsilon",
+        metavar="EPSILON",
         type=float,
         required=True,
         help="the privacy budget of the whole job (smaller is more private and less accurate); "
@@ -230,6 +235,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
     )
     parser.add_argument(
         "--delta",
+        metavar="DELTA",
         type=float,
         default=0.0,
         help="the small probability that the epsilon guarantee does not hold; only choosing "
@@ -237,6 +243,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
     )
     parser.add_argument(
         "--output",
+        metavar="DIR",
         required=True,
         help="a directory for release.json, release.avro and report.html, created if missing; "
         "checked writable before anything runs, written only if the job succeeds. Required",

@@ -22,10 +22,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = job_parser("pipelines.election", __doc__)
     add_common_arguments(parser)
     parser.add_argument(
-        "--candidate", required=True, help="the field holding each person's vote. Required"
+        "--candidate",
+        metavar="FIELD",
+        required=True,
+        help="the field holding each person's vote. Required",
     )
     parser.add_argument(
         "--candidates",
+        metavar="FILE_OR_LIST",
         required=True,
         help="the public candidates: an existing file (one per line) or a,b,c (one candidate: "
         f"'a,'); votes for anything else are not counted. Required; at most {MAX_CANDIDATES:,}",
@@ -46,7 +50,10 @@ def _parser() -> argparse.ArgumentParser:
         "exponential mechanism)",
     )
     parser.add_argument(
-        "--name", default="election", help="the release's name in the outputs. Default: election"
+        "--name",
+        metavar="NAME",
+        default="election",
+        help="the release's name in the outputs. Default: election",
     )
     return parser
 

@@ -22,16 +22,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = job_parser("pipelines.quantiles", __doc__)
     add_common_arguments(parser)
     parser.add_argument(
-        "--value", required=True, help="the numeric field whose quantiles are released. Required"
+        "--value",
+        metavar="FIELD",
+        required=True,
+        help="the numeric field whose quantiles are released. Required",
     )
     parser.add_argument(
         "--quantiles",
+        metavar="LIST",
         required=True,
         help="which quantiles, as fractions separated by commas: 0.5 is the median, "
         "0.25,0.5,0.75 the quartiles. Required",
     )
     parser.add_argument(
         "--lower",
+        metavar="NUMBER",
         type=float,
         required=True,
         help="the smallest value considered, chosen without looking at the data (it is not "
@@ -39,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--upper",
+        metavar="NUMBER",
         type=float,
         required=True,
         help="the largest value considered, chosen the same way; larger values count as this "
@@ -53,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--num_points",
+        metavar="N",
         type=int,
         default=None,
         help="how many possible answers the grid has between the bounds (its resolution). "
@@ -60,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max_contributions",
+        metavar="N",
         type=int,
         default=1,
         help="how many values of one person are used; the others are dropped, chosen at "
@@ -83,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--name",
+        metavar="NAME",
         default="quantiles",
         help="the release's name in the outputs. Default: quantiles",
     )

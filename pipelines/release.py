@@ -2,7 +2,7 @@
 
     python -m pipelines.release --config pipelines/configs/sample_survey.toml --output out/
 
-The config is TOML::
+The config is TOML (every key is listed after the flags below):
 
     [input]
     path = "sample_data/survey/export-*.avro"   # relative paths are relative to the config
@@ -145,12 +145,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = job_parser("pipelines.release", __doc__, epilog=config_keys_help() + "\n" + JOB_EPILOG)
     parser.add_argument(
         "--config",
+        metavar="FILE",
         required=True,
         help="the job's TOML config: the input, the total budget and one [[statistics]] table "
         "per release (the format is above, the keys below). Required",
     )
     parser.add_argument(
         "--output",
+        metavar="DIR",
         required=True,
         help="a directory for release.json, release.avro and report.html, created if missing; "
         "checked writable before anything runs, written only if the job succeeds. Required",

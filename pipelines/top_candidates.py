@@ -23,10 +23,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = job_parser("pipelines.top_candidates", __doc__)
     add_common_arguments(parser)
     parser.add_argument(
-        "--candidate", required=True, help="the field holding the label counted. Required"
+        "--candidate",
+        metavar="FIELD",
+        required=True,
+        help="the field holding the label counted. Required",
     )
     parser.add_argument(
         "--candidates",
+        metavar="FILE_OR_LIST",
         help="the public labels to choose among: an existing file (one per line) or a,b,c (one "
         f"label: 'a,'); at most {MAX_CANDIDATES:,}. Default: none; the labels are then chosen "
         "from the data first (DP key selection), which needs --delta > 0 and spends "
@@ -34,12 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--k",
+        metavar="K",
         type=int,
         default=1,
         help="how many labels to release, most popular first. Default 1",
     )
     parser.add_argument(
         "--max_candidates_per_unit",
+        metavar="N",
         type=int,
         default=None,
         help="how many distinct labels of one person are counted (the others are dropped). "
@@ -55,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--key_selection_fraction",
+        metavar="FRACTION",
         type=float,
         default=0.5,
         help="without --candidates: the share of epsilon spent choosing the labels from the "
@@ -62,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--name",
+        metavar="NAME",
         default="top_candidates",
         help="the release's name in the outputs. Default: top_candidates",
     )
