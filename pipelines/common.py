@@ -675,6 +675,13 @@ def run_statistics(
             f"statistic name {reserved_names[0]!r} is taken by a stage of the job "
             f"({', '.join(_JOB_STAGES)}); choose another name"
         )
+    relations = sorted({relation if spec.relation is None else spec.relation for spec in specs})
+    if len(relations) > 1:
+        raise ValueError(
+            f"the statistics use different neighbouring relations ({', '.join(relations)}), but "
+            "one budget composes one relation: give every statistic the same 'relation' (or "
+            "set it once, in [budget])"
+        )
     _check_output(output, overwrite)
     _check_writable(output)
     for spec in specs:

@@ -353,3 +353,26 @@ def test_a_dask_run_prints_progress_only(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith(PROGRESS) for line in lines), result.stderr
+
+
+def test_mixed_relations_are_refused_before_the_pipeline_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The budget refused them only when it recorded the releases, after the data was read.
+    def must_not_run(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the pipeline ran with statistics the budget cannot compose")
+
+    monkeypatch.setattr(common, "run_and_write", must_not_run)
+    config = tmp_path / "job.toml"
+    statistic = '[[statistics]]\nname = "{}"\ntype = "best_price"\nvalue = "w"\n{}\n'
+    config.write_text(
+        f'[input]\npath = "{SAMPLE}"\nprivacy_unit = "user_id"\n\n'
+        '[budget]\nepsilon = 2.0\nrelation = "replace"\n\n'
+        + statistic.format("a", "")
+        + statistic.format("b", 'relation = "add_remove"')
+    )
+    with pytest.raises(SystemExit) as info:
+        common.cli(lambda: release.run(["--config", str(config), "--output", str(tmp_path / "o")]))
+    message = str(info.value.code)
+    assert "different neighbouring relations (add_remove, replace)" in message, message
+    assert not (tmp_path / "o").exists()
