@@ -860,7 +860,13 @@ def run_single(
 # The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
 # the statistic's units (``accuracy_units``) shows its other keys instead.
 _LEDGER_ACCURACY = frozenset({"score_loss", "rank_error", "cell_width", "confidence"})
-_CELL, _ACCURACY_CELL = 48, 64  # widest shown cells (the sentences follow the table in full)
+_CELL = 48  # the widest shown cell but the last (accuracy), which is never cut
+
+
+def _cut(cell: str, width: int) -> str:
+    """``cell`` in ``width`` characters; a longer one visibly cut (``...``), never silently:
+    a number cut short would read as another number."""
+    return cell if len(cell) <= width else cell[: width - 3] + "..."
 
 
 def _accuracy_cell(release: dict[str, Any]) -> str:
@@ -940,10 +946,10 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
                 _accuracy_cell(r),
             )
         )
-    limits = [_CELL] * (len(rows[0]) - 1) + [_ACCURACY_CELL]
+    limits = [_CELL] * (len(rows[0]) - 1) + [max(len(row[-1]) for row in rows)]
     widths = [min(max(len(row[i]) for row in rows), limits[i]) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
-        cells = [cell[:width].ljust(width) for cell, width in zip(row, widths, strict=True)]
+        cells = [_cut(cell, width).ljust(width) for cell, width in zip(row, widths, strict=True)]
         print("  ".join(cells).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)

@@ -376,3 +376,19 @@ def test_mixed_relations_are_refused_before_the_pipeline_is_built(
     message = str(info.value.code)
     assert "different neighbouring relations (add_remove, replace)" in message, message
     assert not (tmp_path / "o").exists()
+
+
+def test_summary_never_cuts_a_bound_and_marks_a_cut_value() -> None:
+    long_key = "rank_error_beyond_best_grid_point"
+    text = _summary(
+        _document(
+            {
+                "value": [61.7919 + i for i in range(12)],
+                "accuracy": {"fine_rank_error": 19.5, long_key: 195.0, "confidence": 0.95},
+                "accuracy_units": {"fine_rank_error": "ranks", long_key: "ranks"},
+            }
+        )
+    )
+    row = text.splitlines()[2]
+    assert row.endswith("fine rank error <= 19.5; rank error beyond best grid point <= 195"), row
+    assert "..." in row  # the twelve values do not fit: the cut is visible
