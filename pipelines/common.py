@@ -719,7 +719,10 @@ def run_statistics(
         return [rows | spec.name >> transform for spec, transform in transforms]
 
     run = RunInfo(job, config_digest(config) if config else "", details={"input": input_pattern})
-    reservation = _reserve(ledger, dataset, budget, relation, run)
+    # The relation every release is private under (checked above to be one): the ledger
+    # compares it with the dataset's, so a statistic's own 'relation' counts, not the default.
+    released_under = relations[0] if relations else relation
+    reservation = _reserve(ledger, dataset, budget, released_under, run)
     if reservation is None:
         return run_and_write(build, budget=budget, options=options, output=output)
     try:

@@ -392,3 +392,26 @@ def test_summary_never_cuts_a_bound_and_marks_a_cut_value() -> None:
     row = text.splitlines()[2]
     assert row.endswith("fine rank error <= 19.5; rank error beyond best grid point <= 195"), row
     assert "..." in row  # the twelve values do not fit: the cut is visible
+
+
+def test_the_ledger_sees_the_relation_the_statistics_are_released_under(tmp_path: Path) -> None:
+    # [budget] leaves the relation at its default (add_remove) and the statistic overrides it:
+    # its releases are private under 'replace', which an add_remove dataset must refuse (a
+    # replace guarantee treats the number of people as public: it is no add_remove one).
+    from pipelines import budget
+
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "survey", "--epsilon", "5"],
+               out=io.StringIO())  # fmt: skip
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[input]\npath = "{SAMPLE}"\nprivacy_unit = "user_id"\n\n[budget]\nepsilon = 1.0\n\n'
+        '[[statistics]]\nname = "p"\ntype = "best_price"\nvalue = "willingness_to_pay"\n'
+        'relation = "replace"\n'
+    )
+    argv = ["--config", str(config), "--output", str(tmp_path / "o"), "--ledger", url,
+            "--dataset", "survey"]  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        common.cli(lambda: release.run(argv))
+    assert "relation='replace'" in str(info.value.code), info.value.code
+    assert not (tmp_path / "o").exists()
