@@ -583,10 +583,11 @@ def _check_output(output: str, overwrite: bool) -> None:
 def _check_writable(output: str) -> None:
     """Refuse an output directory this job could not write, before anything runs.
 
-    A probe file is created in the directory and deleted again; a local directory (and its
-    missing parents) created for the probe is removed too, so that a job that fails later
-    leaves nothing behind. Remote filesystems (``gs://``, ...) are probed through Beam's
-    ``FileSystems`` (their directories are prefixes: nothing to create or remove).
+    A probe file is created and deleted again in the output directory, or, while it does not
+    exist yet, in its nearest existing ancestor (where the job will create it): nothing is
+    left behind, and jobs writing next to each other (``out/1``, ``out/2``) cannot trip over
+    one another's directories. Remote filesystems (``gs://``, ...) are probed through Beam's
+    ``FileSystems`` (their directories are prefixes: nothing to create).
 
     Raises:
         ValueError: naming the directory and the reason, never a library's message.
@@ -604,28 +605,19 @@ def _check_writable(output: str) -> None:
                 "access to it)"
             ) from None
         return
-    directory = os.path.abspath(output)
-    created: list[str] = []
-    parent = directory
-    while not os.path.exists(parent):
-        created.append(parent)
-        parent = os.path.dirname(parent)
+    existing = os.path.abspath(output)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
     try:
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            raise NotADirectoryError(0, "it is a file, not a directory")
-        for path in reversed(created):
-            os.mkdir(path)
-        probe = os.path.join(directory, probe_name)
+        if not os.path.isdir(existing):
+            raise NotADirectoryError(0, f"{existing} is a file, not a directory")
+        probe = os.path.join(existing, probe_name)
         with open(probe, "wb"):
             pass
         os.remove(probe)
     except OSError as error:
         reason = error.strerror or "it cannot be created or written"
         raise ValueError(f"--output {output} is not writable: {reason}") from None
-    finally:
-        for path in created:  # deepest first
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
 
 
 def _reserve(
