@@ -817,7 +817,9 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = was
-        tempfile.tempdir = saved_tempdir
+        if tempfile.tempdir == run_temp:  # not if a job started after this one replaced it
+            still_there = saved_tempdir is None or os.path.isdir(saved_tempdir)
+            tempfile.tempdir = saved_tempdir if still_there else None
         shutil.rmtree(run_temp, ignore_errors=True)
         _STATE.reset()
 
