@@ -122,6 +122,12 @@ def _unit_word(record_level: bool) -> str:
     return "records" if record_level else "distinct privacy units"
 
 
+def _ordinal(k: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th`` ... ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
 def selection_statement(
     kind: str,
     *,
@@ -150,11 +156,13 @@ def selection_statement(
     """
     loss = float(score_loss)
     level = f"With probability {confidence:g}"
-    kth = "the best candidate" if k == 1 else f"the true {k}-th best candidate"
+    kth = "the best candidate" if k == 1 else f"the true {_ordinal(k)} best candidate"
     released = "the released candidate" if k == 1 else f"each of the {k} released candidates"
     if kind == "distinct_count":
         who = _unit_word(record_level)
-        shortfall = "the most frequent candidate" if k == 1 else f"the true {k}-th most frequent"
+        shortfall = (
+            "the most frequent candidate" if k == 1 else f"the true {_ordinal(k)} most frequent"
+        )
         return AccuracyStatement(
             bounds={"count_below_kth_best": loss},
             units={"count_below_kth_best": who, "score_loss": who},
@@ -166,7 +174,7 @@ def selection_statement(
     if kind in ("votes", "margin"):
         # A margin score counts each vote twice: q(w) - q(r) = 2 (votes(w) - votes(r)).
         votes = loss if kind == "votes" else loss / 2.0
-        winner = "the true winner" if k == 1 else f"the true {k}-th placed candidate"
+        winner = "the true winner" if k == 1 else f"the true {_ordinal(k)} placed candidate"
         tail = (
             f"; a loser is released only when the true margin is at most {_stated(votes)} votes"
             if kind == "margin"
@@ -181,7 +189,9 @@ def selection_statement(
         )
     if kind == "revenue":
         units = "currency (the prices' units), summed over the privacy units"
-        best = "the best price on the grid" if k == 1 else f"the {k}-th best price on the grid"
+        best = (
+            "the best price on the grid" if k == 1 else f"the {_ordinal(k)} best price on the grid"
+        )
         return AccuracyStatement(
             bounds={"revenue_loss": loss},
             units={"revenue_loss": units, "score_loss": units},

@@ -397,7 +397,7 @@ def test_several_quantiles_say_the_bound_is_summed_over_the_path() -> None:
 def test_selection_statements_are_in_the_scores_own_units() -> None:
     count = selection_statement("distinct_count", score_loss=12.0, k=3, confidence=0.95)
     assert count.bounds == {"count_below_kth_best": 12.0}
-    assert "3-th most frequent" in count.description
+    assert "3rd most frequent" in count.description
     assert "distinct privacy units" in count.description
     records = selection_statement(
         "distinct_count", score_loss=12.0, k=1, confidence=0.95, record_level=True
