@@ -622,14 +622,42 @@ def _check_writable(output: str) -> None:
 
 def _reserve(
     ledger: str | None, dataset: str | None, budget: PrivacyBudget, relation: str, run: RunInfo
-) -> Reservation | None:
-    """Reserve the final budget's whole spend in the ledger, before any data is read."""
+) -> tuple[Reservation, dict[str, Any]] | None:
+    """Reserve the final budget's whole spend in the ledger, before any data is read.
+
+    Returns the reservation and the record that goes into ``release.json`` and the report:
+    this run's reservation, the dataset's budget with it, and the dataset's earlier runs
+    (public facts only: amounts, times, jobs, statistics' names, output locations).
+    """
     if ledger is None and dataset is None:
         return None
     if ledger is None or dataset is None:
         raise ValueError("give both --ledger URL and --dataset NAME, or neither")
     with open_ledger(ledger) as opened:  # closed while the pipeline runs; commit reconnects
-        return opened.reserve(dataset, Plan.from_budget(budget, relation=relation), run)
+        reservation = opened.reserve(dataset, Plan.from_budget(budget, relation=relation), run)
+        status = opened.status(dataset)
+        runs, _ = opened.history(dataset)
+    record = {
+        **reservation.describe(),
+        "dataset_budget": status.describe_remaining(),
+        "earlier_runs": [
+            {
+                key: value
+                for key, value in past.to_json(status.composition).items()
+                if key in _HISTORY_FIELDS
+            }
+            for past in runs
+            if past.id != reservation.run_id
+        ],
+    }
+    return reservation, record
+
+
+# What the report shows of each earlier run of the dataset.
+_HISTORY_FIELDS = (
+    "run", "shown_state", "reserved_at", "epsilon", "delta", "rho", "job", "statistics",
+    "output_location",
+)  # fmt: skip
 
 
 def run_statistics(
@@ -714,14 +742,14 @@ def run_statistics(
     # The relation every release is private under (checked above to be one): the ledger
     # compares it with the dataset's, so a statistic's own 'relation' counts, not the default.
     released_under = relations[0] if relations else relation
-    reservation = _reserve(ledger, dataset, budget, released_under, run)
-    if reservation is None:
+    reserved = _reserve(ledger, dataset, budget, released_under, run)
+    if reserved is None:
         return run_and_write(build, budget=budget, options=options, output=output)
+    reservation, ledger_record = reserved
     try:
         document = run_and_write(
-            build, budget=budget, options=options, output=output,
-            ledger_record=reservation.describe(),
-        )  # fmt: skip
+            build, budget=budget, options=options, output=output, ledger_record=ledger_record
+        )
     except BaseException:
         # Fail closed: the reservation goes back only when the job failed before the pipeline
         # ran (parameters, files, the ledger itself). Once records were read, whether the job

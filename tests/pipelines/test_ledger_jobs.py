@@ -222,6 +222,12 @@ def test_an_output_holding_a_release_needs_overwrite_which_the_ledger_records(
     assert second["state"] == "committed" and second["overwrite"] is True
     assert second["overwrites"] == [first["run"]]
     assert first["output_location"] == second["output_location"] == str(out)
+    # The release (and its report) carries the dataset's record: its budget and earlier runs.
+    record = document["budget"]["ledger"]
+    assert [run["run"] for run in record["earlier_runs"]] == [first["run"]]
+    assert record["earlier_runs"][0]["shown_state"] == "committed"
+    assert "left of epsilon=1" in record["dataset_budget"]
+    assert "earlier_runs" in (out / "report.html").read_text(encoding="utf-8")
     shown = _show(url)
     assert shown["exact"]["epsilon"]["committed"] == "9/10"  # 0.6 + 0.3: both stay spent
     assert shown["epsilon"]["committed"] == 0.9 and shown["epsilon"]["reserved"] == 0.0
