@@ -15,7 +15,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.common import (
+    add_common_arguments,
+    add_method_argument,
+    add_name_argument,
+    cli,
+    job_parser,
+    parse_args,
+    run_single,
+)
 from pipelines.statistics import MAX_CANDIDATES, spec_from_config
 
 
@@ -44,20 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         default="max",
         help="how several answers of one person become one: max (default), min or mean",
     )
-    parser.add_argument(
-        "--method",
-        choices=["permute_and_flip", "exponential"],
-        default="permute_and_flip",
-        help="how the released answer is drawn: permute_and_flip (default; never less "
-        "accurate on average than exponential for the same epsilon) or exponential (the "
-        "exponential mechanism)",
-    )
-    parser.add_argument(
-        "--name",
-        metavar="NAME",
-        default="best_price",
-        help="the release's name in the outputs. Default: best_price",
-    )
+    add_method_argument(parser)
+    add_name_argument(parser, "best_price")
     return parser
 
 

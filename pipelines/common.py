@@ -69,6 +69,8 @@ __all__ = [
     "SKIP_HINT_CONFIG",
     "SKIP_HINT_FLAG",
     "add_common_arguments",
+    "add_method_argument",
+    "add_name_argument",
     "add_operator_arguments",
     "check_pipeline_flags",
     "cli",
@@ -190,6 +192,28 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a release already in --output (recorded in the ledger; the earlier "
         "run's spend stays spent). Default: a job refuses to write over an earlier release",
+    )
+
+
+def add_method_argument(parser: argparse.ArgumentParser) -> None:
+    """``--method``: how a job's selection is drawn."""
+    parser.add_argument(
+        "--method",
+        choices=["permute_and_flip", "exponential"],
+        default="permute_and_flip",
+        help="how the released answer is drawn: permute_and_flip (default; never less "
+        "accurate on average than exponential for the same epsilon) or exponential (the "
+        "exponential mechanism)",
+    )
+
+
+def add_name_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """``--name``: the release's name in the outputs."""
+    parser.add_argument(
+        "--name",
+        metavar="NAME",
+        default=default,
+        help=f"the release's name in the outputs. Default: {default}",
     )
 
 

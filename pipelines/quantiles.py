@@ -14,7 +14,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.common import (
+    add_common_arguments,
+    add_method_argument,
+    add_name_argument,
+    cli,
+    job_parser,
+    parse_args,
+    run_single,
+)
 from pipelines.statistics import spec_from_config
 
 
@@ -81,20 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         "the others leave) or independent (each on all the data with an equal share). "
         "Default: recursive for three quantiles or more, independent for one or two",
     )
-    parser.add_argument(
-        "--method",
-        choices=["permute_and_flip", "exponential"],
-        default="permute_and_flip",
-        help="how the released answer is drawn: permute_and_flip (default; never less "
-        "accurate on average than exponential for the same epsilon) or exponential (the "
-        "exponential mechanism)",
-    )
-    parser.add_argument(
-        "--name",
-        metavar="NAME",
-        default="quantiles",
-        help="the release's name in the outputs. Default: quantiles",
-    )
+    add_method_argument(parser)
+    add_name_argument(parser, "quantiles")
     return parser
 
 

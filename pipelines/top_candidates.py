@@ -15,7 +15,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import add_common_arguments, cli, job_parser, parse_args, run_single
+from pipelines.common import (
+    add_common_arguments,
+    add_method_argument,
+    add_name_argument,
+    cli,
+    job_parser,
+    parse_args,
+    run_single,
+)
 from pipelines.statistics import MAX_CANDIDATES, spec_from_config
 
 
@@ -51,14 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how many distinct labels of one person are counted (the others are dropped). "
         "Default: no limit (a person still counts at most once per label)",
     )
-    parser.add_argument(
-        "--method",
-        choices=["permute_and_flip", "exponential"],
-        default="permute_and_flip",
-        help="how the released answer is drawn: permute_and_flip (default; never less "
-        "accurate on average than exponential for the same epsilon) or exponential (the "
-        "exponential mechanism)",
-    )
+    add_method_argument(parser)
     parser.add_argument(
         "--key_selection_fraction",
         metavar="FRACTION",
@@ -67,12 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         help="without --candidates: the share of epsilon spent choosing the labels from the "
         "data; the rest chooses the top k among them. Default 0.5 (half)",
     )
-    parser.add_argument(
-        "--name",
-        metavar="NAME",
-        default="top_candidates",
-        help="the release's name in the outputs. Default: top_candidates",
-    )
+    add_name_argument(parser, "top_candidates")
     return parser
 
 
