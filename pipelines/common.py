@@ -72,6 +72,7 @@ __all__ = [
     "add_method_argument",
     "add_name_argument",
     "add_operator_arguments",
+    "add_output_argument",
     "check_pipeline_flags",
     "cli",
     "job_parser",
@@ -195,6 +196,17 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_output_argument(parser: argparse.ArgumentParser) -> None:
+    """``--output``: the directory every job writes its release into."""
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        required=True,
+        help="a directory for release.json, release.avro and report.html, created if missing; "
+        "checked writable before anything runs, written only if the job succeeds. Required",
+    )
+
+
 def add_method_argument(parser: argparse.ArgumentParser) -> None:
     """``--method``: how a job's selection is drawn."""
     parser.add_argument(
@@ -265,13 +277,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
         help="the small probability that the epsilon guarantee does not hold; only choosing "
         "labels from the data (no public candidates) needs it. Default 0: pure epsilon-DP",
     )
-    parser.add_argument(
-        "--output",
-        metavar="DIR",
-        required=True,
-        help="a directory for release.json, release.avro and report.html, created if missing; "
-        "checked writable before anything runs, written only if the job succeeds. Required",
-    )
+    add_output_argument(parser)
     parser.add_argument(
         "--relation",
         choices=["add_remove", "replace"],

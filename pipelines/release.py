@@ -52,6 +52,7 @@ from pipelines.common import (
     JOB_EPILOG,
     SKIP_HINT_CONFIG,
     add_operator_arguments,
+    add_output_argument,
     cli,
     job_parser,
     parse_args,
@@ -150,13 +151,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the job's TOML config: the input, the total budget and one [[statistics]] table "
         "per release (the format is above, the keys below). Required",
     )
-    parser.add_argument(
-        "--output",
-        metavar="DIR",
-        required=True,
-        help="a directory for release.json, release.avro and report.html, created if missing; "
-        "checked writable before anything runs, written only if the job succeeds. Required",
-    )
+    add_output_argument(parser)
     add_operator_arguments(parser)
     return parser
 
