@@ -50,6 +50,7 @@ from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 __all__ = [
     "METHODS",
     "Method",
+    "check_method",
     "score_loss_bound",
     "select",
     "selection_probabilities",
@@ -62,12 +63,19 @@ METHODS: tuple[Method, ...] = ("permute_and_flip", "exponential")
 _MAX_BATCH = 1 << 20
 
 
-def _check_method(method: str) -> Method:
+def check_method(method: object, parameter: str = "method") -> Method:
+    """Return ``method`` as a :data:`Method` if it names one of :data:`METHODS`.
+
+    The one rule for method names: every transform, summary and job validates through it.
+
+    Raises:
+        ValueError: naming ``parameter`` and the accepted names.
+    """
     if method == "permute_and_flip":
         return "permute_and_flip"
     if method == "exponential":
         return "exponential"
-    raise ValueError(f"'method' must be one of {list(METHODS)}; received {method!r}")
+    raise ValueError(f"'{parameter}' must be one of {list(METHODS)}; received {method!r}")
 
 
 def _rate(
@@ -209,7 +217,7 @@ def select(
     Raises:
         ValueError: empty or non-finite scores, or epsilon or sensitivity not > 0 and finite.
     """
-    chosen_method = _check_method(method)
+    chosen_method = check_method(method)
     exact = exact_scores(scores)
     rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
     return _select_exact(exact, None, rate, chosen_method, as_random_source(rng))
@@ -238,7 +246,7 @@ def top_k(
         so the whole is epsilon**2/(8k)-zCDP: account it that way when many selections compose.
         Permute-and-flip rounds must be accounted as pure DP only.
     """
-    chosen_method = _check_method(method)
+    chosen_method = check_method(method)
     check_positive_int(k, "k")
     exact = exact_scores(scores)
     if k > len(exact):
@@ -317,7 +325,7 @@ def selection_probabilities(
     Returns:
         One probability per candidate; the array sums to 1.
     """
-    chosen_method = _check_method(method)
+    chosen_method = check_method(method)
     gammas = _float_gammas(scores, epsilon, sensitivity, monotonic)
     if chosen_method == "exponential":
         weights: npt.NDArray[np.float64] = np.exp(-gammas)
