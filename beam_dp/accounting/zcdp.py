@@ -34,6 +34,7 @@ import math
 import sys
 from fractions import Fraction
 
+from beam_dp._rational import float_at_least, float_at_most
 from beam_dp._validation import (
     check_non_negative_finite,
     check_positive_finite,
@@ -50,20 +51,12 @@ _INVERSE_TOLERANCE = 2.0**-40
 _EM_RATE = ZCDP_RATE["bounded_range"]
 
 
-def floor_float(value: Fraction) -> float:
-    """Return the largest float that is <= ``value`` (exact rational comparison)."""
-    as_float = float(value)
-    if Fraction(as_float) > value:
-        as_float = math.nextafter(as_float, -math.inf)
-    return as_float
-
-
-def ceil_float(value: Fraction) -> float:
-    """Return the smallest float that is >= ``value`` (exact rational comparison)."""
-    as_float = float(value)
-    if Fraction(as_float) < value:
-        as_float = math.nextafter(as_float, math.inf)
-    return as_float
+#: The largest float <= a rational (a budget left over is never overstated). The one rounding
+#: rule of the package, :func:`beam_dp._rational.float_at_most`, under the accountant's name.
+floor_float = float_at_most
+#: The smallest float >= a rational (a cost is never understated):
+#: :func:`beam_dp._rational.float_at_least`.
+ceil_float = float_at_least
 
 
 def rho_for_epsilon(epsilon: float, rate: Fraction, rounds: int = 1) -> float:

@@ -14,14 +14,34 @@ how many values were dropped nor how many were clamped is released.
 
 from __future__ import annotations
 
-import math
 from decimal import Decimal
 from fractions import Fraction
-from numbers import Integral, Real
+from numbers import Integral
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from beam_dp._rational import float_at_least, float_at_most
+from beam_dp._validation import to_fraction
+
+__all__ = [
+    "INT64_MAX",
+    "MAX_SIGNIFICANT_DIGITS",
+    "as_count_array",
+    "as_float_array",
+    "as_index_array",
+    "check_fits_int64",
+    "clamped_exact_sum",
+    "decimal_fraction",
+    "decimal_places",
+    "exact_float_sum",
+    "finite_values",
+    "float_at_least",
+    "float_at_most",
+    "float_tuple",
+    "significant_digits",
+]
 
 INT64_MAX = 2**63 - 1
 
@@ -126,25 +146,21 @@ def decimal_fraction(value: object, name: str) -> Fraction:
 
     A float becomes the shortest decimal that round-trips to it (``0.9`` -> ``9/10``, not the
     binary value ``0.90000000000000002220...``); ``Fraction``, ``Decimal`` and integers are taken
-    unchanged. NaN, infinities, bools and strings are refused.
+    unchanged. NaN, infinities, bools and strings are refused (by
+    :func:`beam_dp._validation.to_fraction`, the one rule for turning a parameter into a
+    rational; only the reading of a float differs here).
     """
-    if isinstance(value, (bool, np.bool_)):
+    if isinstance(value, np.bool_):
         raise TypeError(f"'{name}' must be a real number; received type bool")
-    if isinstance(value, Fraction):
-        return value
-    if isinstance(value, Integral):
-        return Fraction(int(value))
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise ValueError(f"'{name}' must be finite; received {value!r}")
         return Fraction(value)
-    if isinstance(value, Real):
-        as_float = float(value)
-        if math.isnan(as_float) or math.isinf(as_float):
-            raise ValueError(f"'{name}' must be finite; received {value!r}")
-        # str() of a float (or numpy float) is its shortest round-trip decimal.
-        return Fraction(str(value) if isinstance(value, (float, np.floating)) else repr(as_float))
-    raise TypeError(f"'{name}' must be a real number; received type {type(value).__name__}")
+    exact = to_fraction(value, name)  # type, bool, NaN and infinity checks
+    if isinstance(value, (Integral, Fraction)):
+        return exact
+    # str() of a float (or numpy float) is its shortest round-trip decimal.
+    return Fraction(str(value) if isinstance(value, (float, np.floating)) else repr(float(exact)))
 
 
 def decimal_places(value: Fraction) -> int | None:
@@ -172,22 +188,6 @@ def significant_digits(value: Fraction, places: int) -> int:
     return len(str(mantissa))
 
 
-def float_at_least(value: Fraction) -> float:
-    """The smallest float ``f >= value``: for every float ``x``, ``x >= value`` iff ``x >= f``."""
-    nearest = float(value)  # correctly rounded
-    if Fraction(nearest) < value:
-        nearest = float(np.nextafter(nearest, math.inf))
-    return nearest
-
-
-def float_at_most(value: Fraction) -> float:
-    """The largest float ``f <= value``: for every float ``x``, ``x <= value`` iff ``x <= f``."""
-    nearest = float(value)
-    if Fraction(nearest) > value:
-        nearest = float(np.nextafter(nearest, -math.inf))
-    return nearest
-
-
 def exact_float_sum(values: npt.NDArray[np.float64]) -> Fraction:
     """The exact rational sum of finite floats (vectorised; no rounding anywhere).
 
@@ -196,8 +196,8 @@ def exact_float_sum(values: npt.NDArray[np.float64]) -> Fraction:
     values overflows) and the per-exponent sums are combined with Python integers. The result's
     denominator is a power of two, at most ``2**1126`` (the smallest subnormal is ``2**-1074``).
 
-    Callers apply :func:`finite_values` first (the one rule for NaN and infinities); a
-    non-finite value here is a programming error.
+    Callers go through :func:`clamped_exact_sum` (or apply :func:`finite_values` first, the one
+    rule for NaN and infinities); a non-finite value here is a programming error.
     """
     if values.size == 0:
         return Fraction(0)
@@ -218,6 +218,35 @@ def exact_float_sum(values: npt.NDArray[np.float64]) -> Fraction:
     for h, lo, e in zip(high.tolist(), low.tolist(), group_exponents.tolist(), strict=True):
         total += ((h << _HALF_BITS) + lo) << (e - base)
     return Fraction(total) * Fraction(2) ** base
+
+
+def clamped_exact_sum(
+    values: npt.ArrayLike, lower: Fraction, upper: Fraction, name: str = "values"
+) -> tuple[Fraction, int]:
+    """The exact sum and number of the data values of ``values``, clamped to ``[lower, upper]``.
+
+    The one exact clamped sum of the package (the mean's :class:`~beam_dp.scores.MeanScore` and
+    :class:`~beam_dp.summaries.histogram.ExactSum` both use it): NaN, ``+inf`` and ``-inf`` are
+    dropped by :func:`finite_values` (the one rule for values that are not data), every other
+    value is clamped to the public bounds, compared exactly with the rationals ``lower`` and
+    ``upper``, and the result is summed without rounding (:func:`exact_float_sum`).
+
+    Returns:
+        ``(total, count)``: the exact sum of the clamped values and how many were kept.
+
+    Raises:
+        TypeError: if a value is not a real number (the message never shows it).
+    """
+    data = finite_values(values, name)
+    below = data < float_at_least(lower)  # exactly: data < lower
+    above = data > float_at_most(upper)  # exactly: data > upper
+    inside = ~(below | above)
+    total = (
+        lower * int(np.count_nonzero(below))
+        + upper * int(np.count_nonzero(above))
+        + exact_float_sum(data[inside])
+    )
+    return total, int(data.size)
 
 
 def float_tuple(values: Any, name: str) -> tuple[float, ...]:

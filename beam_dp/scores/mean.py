@@ -13,14 +13,7 @@ import numpy.typing as npt
 
 from beam_dp._validation import Relation, check_positive_int, check_relation, to_fraction
 from beam_dp.scores._base import Score
-from beam_dp.scores._exact import (
-    check_fits_int64,
-    exact_float_sum,
-    finite_values,
-    float_at_least,
-    float_at_most,
-    float_tuple,
-)
+from beam_dp.scores._exact import check_fits_int64, clamped_exact_sum, float_tuple
 
 _DBL_MAX = Fraction(float(np.finfo(np.float64).max))
 
@@ -165,20 +158,12 @@ class MeanScore(Score):
         """The exact sum of the data values clamped to ``[lower, upper]``.
 
         NaN, ``+inf`` and ``-inf`` are dropped first (the one rule for values that are not
-        data). Sums of disjoint parts add up, so this is also the per-shard summary for
-        ``compute_from_sum`` (with the number of values kept, ``len(finite_values(part))``).
+        data; :func:`~beam_dp.scores._exact.clamped_exact_sum`). Sums of disjoint parts add up, so
+        this is also the per-shard summary for ``compute_from_sum`` (with the number of values
+        kept).
         """
-        return self._clamped_sum(finite_values(values, "values"))
-
-    def _clamped_sum(self, data: npt.NDArray[np.float64]) -> Fraction:
-        below = data < float_at_least(self._lower)  # exactly: data < lower
-        above = data > float_at_most(self._upper)  # exactly: data > upper
-        inside = ~(below | above)
-        return (
-            self._lower * int(np.count_nonzero(below))
-            + self._upper * int(np.count_nonzero(above))
-            + exact_float_sum(data[inside])
-        )
+        total, _ = clamped_exact_sum(values, self._lower, self._upper)
+        return total
 
     def statistic(self, total: int | Fraction, count: int) -> Fraction:
         """``T = clamp(mid + (total - count * mid) / n, lower, upper)``, exactly.
@@ -218,8 +203,7 @@ class MeanScore(Score):
         Returns:
             int64 array of length ``num_candidates``.
         """
-        data = finite_values(values, "values")
-        return self.compute_from_sum(self._clamped_sum(data), data.size)
+        return self.compute_from_sum(*clamped_exact_sum(values, self._lower, self._upper))
 
     def compute_from_sum(self, total: int | Fraction, count: int) -> npt.NDArray[np.int64]:
         """Integer scores from the exact sum of the ``count`` clamped values kept.

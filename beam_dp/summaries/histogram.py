@@ -44,7 +44,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp.scores._exact import exact_float_sum, finite_values
+from beam_dp.scores._exact import clamped_exact_sum, finite_values
 
 __all__ = [
     "GRID_KINDS",
@@ -580,12 +580,10 @@ class ExactSum:
     """The exact sum and count of values after the public input rule; mergeable.
 
     The sum is held as a Python integer multiple of ``2**-1127`` (every finite float is one),
-    so adding, merging and reading never round. Per batch it is computed with numpy by
-    :func:`beam_dp.scores._exact.exact_float_sum` (mantissas summed per exponent in int64
-    halves), the same exact sum that :class:`~beam_dp.scores.MeanScore` uses.
-
-    Input rule (as :meth:`Grid.prepare`): NaN and infinities dropped, others clamped to
-    ``[lower, upper]``. ``count`` is the number of values kept; it is private and never
+    so adding, merging and reading never round. Per batch it is
+    :func:`beam_dp.scores._exact.clamped_exact_sum`, the one exact clamped sum (and the one
+    input rule: NaN and infinities dropped, others clamped to ``[lower, upper]``) that
+    :class:`~beam_dp.scores.MeanScore` uses too. ``count`` is the number of values kept; it is private and never
     released (see :class:`~beam_dp.scores.MeanScore` for how the mean uses it).
     """
 
@@ -598,13 +596,10 @@ class ExactSum:
 
     def add(self, values: npt.ArrayLike) -> ExactSum:
         """Add values (NaN and infinities dropped, others clamped); returns ``self``."""
-        data = finite_values(values, "values")
-        if data.size == 0:
-            return self
-        np.clip(data, self.lower, self.upper, out=data)
-        total = exact_float_sum(data)  # its denominator is a power of two <= 2**1126
+        total, count = clamped_exact_sum(values, Fraction(self.lower), Fraction(self.upper))
+        # Its denominator is a power of two <= 2**1126 (the bounds' are <= 2**1074).
         self.scaled_sum += total.numerator * ((1 << _SCALE_BITS) // total.denominator)
-        self.count += int(data.size)
+        self.count += count
         return self
 
     def merge(self, other: ExactSum) -> ExactSum:
