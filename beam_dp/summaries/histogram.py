@@ -583,8 +583,8 @@ class ExactSum:
     so adding, merging and reading never round. Per batch it is
     :func:`beam_dp.scores._exact.clamped_exact_sum`, the one exact clamped sum (and the one
     input rule: NaN and infinities dropped, others clamped to ``[lower, upper]``) that
-    :class:`~beam_dp.scores.MeanScore` uses too. ``count`` is the number of values kept; it is private and never
-    released (see :class:`~beam_dp.scores.MeanScore` for how the mean uses it).
+    :class:`~beam_dp.scores.MeanScore` uses too. ``count`` is the number of values kept; it is
+    private and never released (see :class:`~beam_dp.scores.MeanScore` for how the mean uses it).
     """
 
     __slots__ = ("count", "lower", "scaled_sum", "upper")
