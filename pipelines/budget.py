@@ -39,9 +39,9 @@ from beam_dp.ledger import (
     LedgerError,
     RunRecord,
     open_ledger,
+    renewal_phrase,
+    show_amount,
 )
-from beam_dp.ledger._amounts import show_amount
-from beam_dp.ledger.periods import renewal_phrase
 
 __all__ = ["main", "run"]
 

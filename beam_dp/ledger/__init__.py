@@ -4,7 +4,7 @@ A ledger (a SQLite file, or a PostgreSQL database for jobs started on many machi
 *datasets*, each a population of privacy units with a total (ε, δ), or ρ under zCDP, and an
 optional renewal rule. A job reserves its whole planned spend before it reads any data,
 commits the reservation with its ledger entries once its outputs are written, and may give
-it back only if it failed before any release could escape. See :mod:`beam_dp.ledger.store`
+it back only if it failed before any release could escape. See :mod:`beam_dp.ledger._runs`
 for the state machine and :mod:`beam_dp.ledger.periods` for renewal.
 
 Example::
@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from beam_dp.ledger._amounts import show_amount
 from beam_dp.ledger._backend import Backend
 from beam_dp.ledger.errors import (
     BudgetExceededError,
@@ -32,7 +33,7 @@ from beam_dp.ledger.errors import (
     LedgerError,
     LedgerUnavailableError,
 )
-from beam_dp.ledger.periods import RENEWALS, Renewal, period_containing
+from beam_dp.ledger.periods import RENEWALS, Renewal, period_containing, renewal_phrase
 from beam_dp.ledger.plan import Cost, Plan, RunInfo, config_digest
 from beam_dp.ledger.store import (
     DatasetStatus,
@@ -66,6 +67,8 @@ __all__ = [
     "open_ledger",
     "period_containing",
     "redact_url",
+    "renewal_phrase",
+    "show_amount",
 ]
 
 

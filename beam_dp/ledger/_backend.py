@@ -1,7 +1,8 @@
 """The two storage backends behind one small interface: SQL with ``?`` placeholders.
 
-Both keep the same tables (see ``SCHEMA``); exact amounts and times are text. A *write*
-transaction serialises every writer of the ledger's datasets:
+Both keep the same tables (:mod:`beam_dp.ledger._schema`). A *write* transaction serialises
+every writer of the ledger's datasets (:meth:`Backend.write`, used by every change in
+:mod:`beam_dp.ledger._runs` and :mod:`beam_dp.ledger._datasets`):
 
 - SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock before the first read, so the
   check of the remaining budget and the insert of the reservation are one atomic step across
@@ -17,53 +18,11 @@ redacted URL and a category, never from the driver's message.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "Backend", "Transaction", "schema"]
-
-SCHEMA_VERSION = "1"
-LEDGER_FORMAT = "beam-dp ledger"
-TABLES = ("beam_dp_meta", "beam_dp_datasets", "beam_dp_periods", "beam_dp_runs", "beam_dp_events")
-
-
-def schema(id_column: str) -> list[str]:
-    """The DDL, with ``id_column`` the backend's auto-increment primary key declaration."""
-    return [
-        "CREATE TABLE IF NOT EXISTS beam_dp_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS beam_dp_datasets ("
-        " name TEXT PRIMARY KEY,"
-        " composition TEXT NOT NULL CHECK (composition IN ('basic', 'zcdp')),"
-        " relation TEXT NOT NULL,"
-        " epsilon TEXT NOT NULL, delta TEXT NOT NULL, rho TEXT NOT NULL,"
-        " renewal TEXT NOT NULL,"
-        " created_at TEXT NOT NULL,"
-        " note TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS beam_dp_periods ("
-        f" id {id_column},"
-        " dataset TEXT NOT NULL REFERENCES beam_dp_datasets (name),"
-        " starts_at TEXT NOT NULL, ends_at TEXT,"
-        " epsilon TEXT NOT NULL, delta TEXT NOT NULL, rho TEXT NOT NULL,"
-        " UNIQUE (dataset, starts_at))",
-        "CREATE TABLE IF NOT EXISTS beam_dp_runs ("
-        f" id {id_column},"
-        " dataset TEXT NOT NULL REFERENCES beam_dp_datasets (name),"
-        " period_id BIGINT NOT NULL REFERENCES beam_dp_periods (id),"
-        " state TEXT NOT NULL CHECK (state IN"
-        " ('reserved', 'committed', 'returned', 'abandoned', 'released')),"
-        " reserved_at TEXT NOT NULL, closed_at TEXT,"
-        " epsilon TEXT NOT NULL, delta TEXT NOT NULL, rho TEXT NOT NULL,"
-        " job TEXT NOT NULL, config_digest TEXT NOT NULL, statistics TEXT NOT NULL,"
-        " host TEXT NOT NULL, pid BIGINT NOT NULL, details TEXT NOT NULL,"
-        " output_location TEXT, overwrite INTEGER NOT NULL, overwrites TEXT NOT NULL,"
-        " entries TEXT NOT NULL, note TEXT NOT NULL)",
-        "CREATE INDEX IF NOT EXISTS beam_dp_runs_period ON beam_dp_runs (period_id, state)",
-        "CREATE INDEX IF NOT EXISTS beam_dp_runs_output ON beam_dp_runs (output_location)",
-        "CREATE TABLE IF NOT EXISTS beam_dp_events ("
-        f" id {id_column},"
-        " dataset TEXT NOT NULL, at TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL)",
-    ]
+__all__ = ["Backend", "Transaction"]
 
 
 class Transaction(abc.ABC):
@@ -93,16 +52,23 @@ class Backend(abc.ABC):
 
     #: Appended to the ``SELECT`` that reads a dataset's row in a write transaction.
     lock_clause: str = ""
+    #: The first statement of a write transaction (see the module docstring).
+    write_begin: str
+    #: The first statement of a read-only transaction that sees one consistent state.
+    read_begin: str
 
-    @abc.abstractmethod
-    @contextmanager
-    def write(self) -> Iterator[Transaction]:
+    def write(self) -> AbstractContextManager[Transaction]:
         """A transaction that serialises with every other writer (see the module docstring)."""
+        return self.transaction(self.write_begin)
+
+    def read(self) -> AbstractContextManager[Transaction]:
+        """A read-only transaction that sees one consistent state."""
+        return self.transaction(self.read_begin)
 
     @abc.abstractmethod
-    @contextmanager
-    def read(self) -> Iterator[Transaction]:
-        """A read-only transaction that sees one consistent state."""
+    def transaction(self, begin: str) -> AbstractContextManager[Transaction]:
+        """A transaction opened by the statement ``begin``: committed when the block ends,
+        rolled back if it raises; a driver's error becomes a one-line ledger error."""
 
     @abc.abstractmethod
     def has_table(self, transaction: Transaction, table: str) -> bool:

@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from beam_dp.ledger._backend import Backend, Transaction, schema
+from beam_dp.ledger._backend import Backend, Transaction
+from beam_dp.ledger._schema import schema
 from beam_dp.ledger.errors import LedgerError, LedgerUnavailableError
 from beam_dp.ledger.urls import LedgerURL
 
@@ -96,28 +97,19 @@ class PostgresBackend(Backend):
         state = getattr(error, "sqlstate", None) or "unknown"
         return LedgerError(f"ledger {self._url}: the database refused an operation ({state})")
 
+    write_begin = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+    read_begin = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+
     @contextmanager
-    def _transaction(self, first: str) -> Iterator[Transaction]:
+    def transaction(self, begin: str) -> Iterator[Transaction]:
         assert psycopg is not None
         try:
             with self._connection.transaction(), self._connection.cursor() as cursor:
                 transaction = _PostgresTransaction(cursor)
-                transaction.execute(first)
+                transaction.execute(begin)
                 yield transaction
         except psycopg.Error as error:
             raise self._error(error) from None
-
-    @contextmanager
-    def write(self) -> Iterator[Transaction]:
-        with self._transaction("SET TRANSACTION ISOLATION LEVEL READ COMMITTED") as transaction:
-            yield transaction
-
-    @contextmanager
-    def read(self) -> Iterator[Transaction]:
-        with self._transaction(
-            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-        ) as transaction:
-            yield transaction
 
     def has_table(self, transaction: Transaction, table: str) -> bool:
         row = transaction.one("SELECT to_regclass(?) IS NOT NULL", (table,))

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from beam_dp.ledger._backend import Backend, Transaction, schema
+from beam_dp.ledger._backend import Backend, Transaction
+from beam_dp.ledger._schema import schema
 from beam_dp.ledger.errors import (
     LedgerCorruptError,
     LedgerError,
@@ -108,8 +109,11 @@ class SqliteBackend(Backend):
             )
         return LedgerError(f"ledger {self._url}: SQLite failed ({code or 'unknown error'})")
 
+    write_begin = "BEGIN IMMEDIATE"
+    read_begin = "BEGIN DEFERRED"
+
     @contextmanager
-    def _transaction(self, begin: str) -> Iterator[Transaction]:
+    def transaction(self, begin: str) -> Iterator[Transaction]:
         try:
             self._connection.execute(begin)
         except sqlite3.Error as error:
@@ -131,16 +135,6 @@ class SqliteBackend(Backend):
     def _rollback(self) -> None:
         with contextlib.suppress(sqlite3.Error):
             self._connection.execute("ROLLBACK")
-
-    @contextmanager
-    def write(self) -> Iterator[Transaction]:
-        with self._transaction("BEGIN IMMEDIATE") as transaction:
-            yield transaction
-
-    @contextmanager
-    def read(self) -> Iterator[Transaction]:
-        with self._transaction("BEGIN DEFERRED") as transaction:
-            yield transaction
 
     def has_table(self, transaction: Transaction, table: str) -> bool:
         row = transaction.one(
