@@ -75,6 +75,35 @@ class RandomSource(ABC):
             todo = todo[~ok]
         return out
 
+    def below_each(self, bounds: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Return one integer uniform on ``[0, bounds[i])`` per entry, independently and exactly.
+
+        The same rejection as :meth:`below`, with one acceptance limit per lane: a 64-bit word
+        ``w`` is kept for lane ``i`` only if ``w`` is below the largest multiple of
+        ``bounds[i]`` that fits in 2**64 (``2**64 mod b`` is ``(2**64 - b) mod b``, computed in
+        uint64), so every residue is equally likely. Each pass keeps a lane with probability
+        above 1/2, so the loop ends with probability 1 (after about one pass).
+
+        Raises:
+            ValueError: if any bound is not in [1, 2**63].
+        """
+        bounds = np.asarray(bounds)
+        if bounds.ndim != 1 or (bounds.size and bounds.dtype.kind not in "iu"):
+            raise ValueError("'bounds' must be a one-dimensional array of integers")
+        if bounds.size and (int(bounds.min()) < 1 or int(bounds.max()) > (1 << 63)):
+            raise ValueError("'bounds' must hold integers in [1, 2**63]")
+        wide = bounds.astype(np.uint64)
+        # largest accepted word: 2**64 - 1 - (2**64 mod b)
+        limits = np.uint64(_TWO_64 - 1) - (np.uint64(0) - wide) % wide
+        out = np.empty(bounds.size, dtype=np.int64)
+        todo = np.arange(bounds.size)
+        while todo.size:
+            words = self.words64(todo.size)
+            ok = words <= limits[todo]
+            out[todo[ok]] = (words[ok] % wide[todo[ok]]).astype(np.int64)
+            todo = todo[~ok]
+        return out
+
     def randbelow(self, bound: int) -> int:
         """Return one integer uniform on ``[0, bound)`` for any positive Python int."""
         if bound < 1:
