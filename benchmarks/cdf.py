@@ -40,9 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp.mechanisms.cdf import ks_accuracy_bound, ks_suggested_k, sample_ks_synthetic
+from beam_dp.mechanisms.cdf import (
+    KSMechanism,
+    ks_accuracy_bound,
+    ks_suggested_k,
+    sample_ks_synthetic,
+)
 from beam_dp.mechanisms.cdf.bands import path_from_points
-from beam_dp.mechanisms.cdf.ks import KSMechanism, _Sampler
+from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.partition_selection import discrete_laplace
 
 LOWER, UPPER = 0.0, 20.0
@@ -133,7 +138,7 @@ def time_release(counts: list[int], k: int, epsilon: float, repeats: int) -> Tim
         start = time.perf_counter()
         sample_ks_synthetic(counts, k=k, epsilon=epsilon, relation="replace")
         seconds.append(time.perf_counter() - start)
-    sampler = _Sampler(counts, KSMechanism(k=k, epsilon=epsilon, relation="replace"))  # type: ignore[arg-type]
+    sampler = Sampler(counts, KSMechanism(k=k, epsilon=epsilon, relation="replace"))  # type: ignore[arg-type]
     return Timing("", statistics.median(seconds), sampler.band_counts, len(sampler.blocks))
 
 

@@ -24,7 +24,8 @@ from beam_dp.mechanisms.cdf import (
     sample_ks_synthetic,
 )
 from beam_dp.mechanisms.cdf.bands import points_from_path
-from beam_dp.mechanisms.cdf.ks import _PlanOptions, _Sampler
+from beam_dp.mechanisms.cdf.ks import Sampler
+from beam_dp.mechanisms.cdf.plan import PlanOptions
 from beam_dp.summaries.histogram import Grid
 
 
@@ -50,10 +51,10 @@ CASES = {
 # counts, so rounds are rejected), an early tail (the all-paths block is proposed often) and
 # a single band count (almost everything is in the all-paths block).
 PLANS = {
-    "default": _PlanOptions(),
-    "big_strides": _PlanOptions(max_growth=50.0, min_growth=50.0),
-    "early_tail": _PlanOptions(negligible=0.5),
-    "one_count": _PlanOptions(max_counts=1),
+    "default": PlanOptions(),
+    "big_strides": PlanOptions(max_growth=50.0, min_growth=50.0),
+    "early_tail": PlanOptions(negligible=0.5),
+    "one_count": PlanOptions(max_counts=1),
 }
 DRAWS = 8_000
 
@@ -106,7 +107,7 @@ PAIRS = [(case, "default") for case in sorted(CASES)] + [
 @pytest.mark.parametrize(("case", "plan"), PAIRS)
 def test_sampler_draws_the_brute_force_law(case: str, plan: str) -> None:
     counts, mechanism = _mechanism(case)
-    sampler = _Sampler(counts, mechanism, PLANS[plan])
+    sampler = Sampler(counts, mechanism, PLANS[plan])
     source = SecureRandom()
     draws = [
         points_from_path(sampler.draw(source))
@@ -124,7 +125,7 @@ def test_deviation_law_on_a_problem_too_big_to_list(plan: str) -> None:
     values = np.clip((rng.lognormal(0.0, 0.7, 300) * 8).astype(int), 0, 39)
     counts = [int(c) for c in np.cumsum(np.bincount(values, minlength=40))]
     mechanism = KSMechanism(k=12, epsilon=Fraction(1), relation="replace")
-    sampler = _Sampler(counts, mechanism, PLANS[plan])
+    sampler = Sampler(counts, mechanism, PLANS[plan])
     assert any(b.end is not None and b.level > b.start for b in sampler.blocks)
     every = sampler.bands.breakpoints()
     levels = [int(b) for b in every if b >= sampler.minimum]
@@ -162,7 +163,7 @@ def test_public_function_draws_the_brute_force_law() -> None:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_blocks_partition_the_levels_with_valid_envelopes(case: str, plan: str) -> None:
     counts, mechanism = _mechanism(case)
-    sampler = _Sampler(counts, mechanism, PLANS[plan])
+    sampler = Sampler(counts, mechanism, PLANS[plan])
     scale = mechanism.normaliser(counts)
     deviations = [
         ks_deviation(counts, z, k=mechanism.k, n_hat=scale)
@@ -277,7 +278,7 @@ def _audit(relation: str, epsilon: float) -> float:
     source = SecureRandom()
 
     def hits(counts: list[int]) -> int:
-        sampler = _Sampler(counts, mechanism)
+        sampler = Sampler(counts, mechanism)
         return sum(points_from_path(sampler.draw(source)) in event for _ in range(AUDIT_TRIALS))
 
     return audited_epsilon_lower_bound(hits(x), hits(neighbour), AUDIT_TRIALS)
