@@ -16,7 +16,6 @@ from beam_dp.summaries.histogram import ExactSum, Grid, GridHistogram, less_grea
 from beam_dp.summaries.quantiles import (
     MAX_QUANTILE_DENOMINATOR,
     QuantileSelection,
-    _Branch,
     cell_scores,
     combine_passes,
     parse_quantiles,
@@ -28,6 +27,7 @@ from beam_dp.summaries.quantiles import (
     select_mean,
     select_quantiles,
 )
+from beam_dp.summaries.quantiles.recursive import _Branch
 
 # ------------------------------------------------------------------------------ parameters
 
@@ -583,7 +583,7 @@ def test_add_remove_mean_releases_for_any_number_of_values() -> None:
 
 def sum_deviation_scores(values: np.ndarray, grid: Grid, k: int) -> np.ndarray:
     """floor(-|sum - n r| / unit), unit = k (upper - lower) / 2**16, by exact arithmetic."""
-    from beam_dp.summaries.quantiles import _sum_deviation_scores
+    from beam_dp.summaries.quantiles.mean import _sum_deviation_scores
 
     summary = ExactSum(grid.lower, grid.upper).add(values)
     unit = k * (Fraction(grid.upper) - Fraction(grid.lower)) / 2**16

@@ -1,0 +1,268 @@
+"""Planning a quantile release: every selection, epsilon and bound fixed before any data.
+
+:func:`plan_quantiles` validates the parameters and lays out the selections of a release of
+``m`` quantiles as a :class:`QuantilePlan`:
+
+* ``split="independent"``: ``m`` selections on the whole histogram at ``epsilon / m`` each.
+* ``split="recursive"``: the tree of :mod:`.recursive`, ``D = ceil(log2(m + 1))`` levels at
+  ``epsilon / D`` each, every node's relation and epsilon from
+  :func:`~beam_dp.summaries.quantiles.recursive.level_budget` (which carries the proof).
+* ``split="auto"`` (the default, :data:`~.parameters.DEFAULT_SPLIT`): recursive when that
+  composes fewer rounds (``m >= 3``), else independent.
+
+Each node carries its sensitivity (:func:`~.utility.point_sensitivity`, times the partitions a
+unit may reach) and its score-loss bound ``l`` at the per-selection confidence
+``1 - beta / m`` (a union bound over the ``m`` selections); a quantile's ``rank_error`` is the
+sum of ``l`` along its path (see :mod:`.utility` and :mod:`.recursive`). Everything in a plan
+is a function of public parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from beam_dp._validation import Relation, check_positive_int, check_probability_open
+from beam_dp.mechanisms import Method
+from beam_dp.summaries.quantiles.parameters import (
+    DEFAULT_SPLIT,
+    Split,
+    bounded,
+    check_release,
+    check_split,
+    parse_quantiles,
+    selection_loss,
+)
+from beam_dp.summaries.quantiles.recursive import level_budget, recursion_levels
+from beam_dp.summaries.quantiles.utility import point_sensitivity
+
+__all__ = ["QuantileNode", "QuantilePlan", "plan_quantiles", "rank_errors"]
+
+
+@dataclass(frozen=True)
+class QuantileNode:
+    """One selection of a quantile plan (public: depends on parameters only).
+
+    Attributes:
+        target: position of the quantile in the plan's sorted distinct quantiles.
+        alpha: the quantile relative to the node's branch.
+        level: depth of the node (the root is 1).
+        epsilon: epsilon of this selection.
+        relation: the relation whose sensitivity calibrates it.
+        sensitivity: that sensitivity, in (weighted) value counts.
+        loss_bound: the score-loss bound ``l`` at the plan's per-selection confidence.
+        path_loss: the sum of ``loss_bound`` from the root to this node (its rank error).
+        left, right: indices of the child nodes in ``QuantilePlan.nodes`` (or None).
+    """
+
+    target: int
+    alpha: Fraction
+    level: int
+    epsilon: Fraction
+    relation: Relation
+    sensitivity: Fraction
+    loss_bound: float
+    path_loss: float
+    left: int | None = None
+    right: int | None = None
+
+
+@dataclass(frozen=True)
+class QuantilePlan:
+    """Everything about a quantile release that is fixed before any data is read.
+
+    Build with :func:`plan_quantiles`. Holds the selections to run, their epsilons and
+    sensitivities, and the public accuracy bounds.
+    """
+
+    quantiles: tuple[Fraction, ...]
+    distinct: tuple[Fraction, ...]
+    split: Split
+    relation: Relation
+    epsilon: Fraction
+    method: Method
+    max_contributions: int
+    max_partitions: int
+    num_candidates: int
+    confidence: float
+    failure_probability: float
+    nodes: tuple[QuantileNode, ...]
+    levels: int
+
+    @property
+    def rounds(self) -> int:
+        """Sequential rounds composed: the levels (recursive) or the selections (independent)."""
+        return self.levels if self.split == "recursive" else len(self.nodes)
+
+    @property
+    def sensitivity(self) -> Fraction:
+        """The largest sensitivity of any selection (the root's for one quantile)."""
+        return max(node.sensitivity for node in self.nodes)
+
+    @property
+    def score_loss(self) -> float:
+        """The largest per-selection score-loss bound ``l``, in value counts."""
+        return max(node.loss_bound for node in self.nodes)
+
+    def rank_errors(self) -> tuple[float, ...]:
+        """Rank-error bound (the ``l`` part) of each requested quantile, in request order."""
+        by_target = {node.target: node.path_loss for node in self.nodes}
+        per_distinct = [by_target[i] for i in range(len(self.distinct))]
+        if self.split == "independent":
+            # Outputs are sorted: each is then within the largest of the bounds.
+            per_distinct = [max(per_distinct)] * len(per_distinct)
+        position = {q: i for i, q in enumerate(self.distinct)}
+        return tuple(per_distinct[position[q]] for q in self.quantiles)
+
+    @property
+    def rank_error(self) -> float:
+        """The largest rank-error bound over the requested quantiles."""
+        return max(self.rank_errors())
+
+
+class _Layout:
+    """Builds the nodes of one plan (the parameters every node shares, validated)."""
+
+    def __init__(
+        self,
+        distinct: tuple[Fraction, ...],
+        relation: Relation,
+        k: Fraction,
+        num_candidates: int,
+        confidence: float,
+    ) -> None:
+        self.distinct = distinct
+        self.relation = relation
+        self.k = k
+        self.num_candidates = num_candidates
+        self.confidence = confidence
+        self.nodes: list[QuantileNode] = []
+
+    def node(
+        self, target: int, alpha: Fraction, level: int, epsilon: Fraction, relation: Relation
+    ) -> QuantileNode:
+        delta = point_sensitivity(alpha, relation, self.k)
+        bound = selection_loss(self.num_candidates, epsilon, delta, self.confidence)
+        return QuantileNode(target, alpha, level, epsilon, relation, delta, bound, bound)
+
+    def independent(self, epsilon: Fraction) -> None:
+        per = epsilon / len(self.distinct)
+        for i, alpha in enumerate(self.distinct):
+            self.nodes.append(self.node(i, alpha, 1, per, self.relation))
+
+    def recursive(
+        self,
+        lo: int,
+        hi: int,
+        a_lo: Fraction,
+        a_hi: Fraction,
+        level: int,
+        above: float,
+        eps: Fraction,
+    ) -> int:
+        """Lay out the subtree of quantiles ``distinct[lo..hi]`` (branch ``[a_lo, a_hi]``)."""
+        mid = (lo + hi) // 2
+        alpha = bounded((self.distinct[mid] - a_lo) / (a_hi - a_lo))  # relative to the branch
+        node_relation, node_epsilon = level_budget(level, self.relation, eps)
+        node = self.node(mid, alpha, level, node_epsilon, node_relation)
+        path = above + node.loss_bound
+        index = len(self.nodes)
+        self.nodes.append(node)
+        split = self.distinct[mid]
+        left = self.recursive(lo, mid - 1, a_lo, split, level + 1, path, eps) if lo < mid else None
+        right = self.recursive(mid + 1, hi, split, a_hi, level + 1, path, eps) if mid < hi else None
+        self.nodes[index] = QuantileNode(
+            mid,
+            alpha,
+            level,
+            node_epsilon,
+            node_relation,
+            node.sensitivity,
+            node.loss_bound,
+            path,
+            left,
+            right,
+        )
+        return index
+
+
+def plan_quantiles(
+    quantiles: Sequence[float | Fraction],
+    *,
+    epsilon: float | Fraction,
+    num_candidates: int,
+    relation: str = "add_remove",
+    max_contributions: int = 1,
+    max_partitions: int = 1,
+    method: str = "permute_and_flip",
+    split: str = DEFAULT_SPLIT,
+    confidence: float = 0.95,
+    failure_probability: float | None = None,
+) -> QuantilePlan:
+    """Validate the parameters of a quantile release and lay out its selections.
+
+    Args:
+        quantiles: the quantiles, each strictly between 0 and 1.
+        epsilon: total epsilon of the release (> 0, finite).
+        num_candidates: grid size ``d`` (a public upper bound on every selection's candidates).
+        relation: ``"add_remove"`` or ``"replace"``.
+        max_contributions: values per privacy unit ``k`` (enforced upstream).
+        max_partitions: keys (partitions) one unit may contribute to; sensitivities are
+            multiplied by it so that all keys together spend ``epsilon``.
+        method: ``"permute_and_flip"`` or ``"exponential"``.
+        split: ``"auto"`` (recursive when that composes fewer rounds, i.e. m >= 3; else
+            independent), ``"recursive"`` or ``"independent"``. The plan records the split used.
+        confidence: the probability with which all the rank-error bounds hold together.
+        failure_probability: overrides ``1 - confidence`` (for two-pass plans).
+
+    Raises:
+        ValueError / TypeError: naming the bad parameter.
+    """
+    parsed = parse_quantiles(quantiles)
+    check_positive_int(num_candidates, "num_candidates")
+    eps, rel, chosen_method = check_release(
+        epsilon=epsilon,
+        relation=relation,
+        max_contributions=max_contributions,
+        method=method,
+        max_partitions=max_partitions,
+    )
+    chosen_split = check_split(split)
+    check_probability_open(confidence, "confidence")
+    beta = 1.0 - float(confidence) if failure_probability is None else float(failure_probability)
+    check_probability_open(beta, "failure_probability")
+    distinct = tuple(sorted(set(parsed)))
+    m = len(distinct)
+    if chosen_split == "auto":
+        chosen_split = "recursive" if recursion_levels(m) < m else "independent"
+    k = Fraction(int(max_contributions) * int(max_partitions))
+    layout = _Layout(distinct, rel, k, int(num_candidates), 1.0 - beta / m)
+    if chosen_split == "independent":
+        layout.independent(eps)
+        levels = 1
+    else:
+        levels = recursion_levels(m)
+        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, eps / levels)
+        if max(node.level for node in layout.nodes) != levels:  # pragma: no cover
+            raise AssertionError("the recursion tree is deeper than its epsilon split assumed")
+    return QuantilePlan(
+        quantiles=parsed,
+        distinct=distinct,
+        split=chosen_split,
+        relation=rel,
+        epsilon=eps,
+        method=chosen_method,
+        max_contributions=int(max_contributions),
+        max_partitions=int(max_partitions),
+        num_candidates=int(num_candidates),
+        confidence=float(confidence),
+        failure_probability=beta,
+        nodes=tuple(layout.nodes),
+        levels=levels,
+    )
+
+
+def rank_errors(plan: QuantilePlan) -> tuple[float, ...]:
+    """Rank-error bounds of ``plan``'s quantiles, in request order (see :mod:`.utility`)."""
+    return plan.rank_errors()

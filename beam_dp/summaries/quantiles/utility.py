@@ -1,0 +1,144 @@
+"""The single-quantile utility: one private grid point for one quantile, and its accuracy.
+
+Utility and sensitivity
+-----------------------
+The score of grid point ``r`` for quantile ``alpha`` is ``u(r) = -|(1-alpha) L - alpha G|``
+with ``L = #(x < r)``, ``G = #(x > r)`` (DESIGN §3), sensitivity ``max(alpha, 1-alpha) k``
+under add/remove and ``k`` under replace, for ``k`` values per privacy unit
+(:func:`point_sensitivity`). Scores are the exact integers of
+:class:`~beam_dp.scores.QuantileScore`; no float score is ever sampled from.
+
+Accuracy: from score loss to ranks
+----------------------------------
+Let ``N`` be the number of values and, for a grid point ``r``, ``E = #(x = r)``; the ranks
+``r`` may take form the interval ``[L, L + E]`` (``L + E = N - G``). Its *rank error* is
+``e(r) = dist(alpha N, [L, L + E])``. Since ``(1-alpha) L - alpha G = (L - alpha N) + alpha E``:
+if ``L > alpha N`` then ``|u| = e + alpha E``; if ``L + E < alpha N`` then
+``|u| = e + (1 - alpha) E``; otherwise ``e = 0``. Hence **e(r) <= |u(r)|** (ties only help).
+
+The utility guarantee (Dwork-Roth 3.11, also valid for permute-and-flip) gives, with
+probability ``1 - beta``, ``|u(out)| <= OPT + l`` with ``l = 2 Delta (ln d + ln(1/beta)) /
+epsilon`` and ``OPT = min_r |u(r)|``, the best the grid allows. If the alpha-quantile lies in
+the closed grid cell ``[r_j, r_{j+1}]`` holding ``c`` values (ties at both ends included),
+one of its two end points has ``|u| <= max(alpha, 1 - alpha) c``. So::
+
+    e(out) <= l + OPT,    OPT <= max(alpha, 1 - alpha) * c.
+
+``l`` depends only on public parameters and is what releases report as ``rank_error``
+(with ``beta = (1 - confidence) / (number of selections)``, a union bound); ``OPT`` is the grid
+resolution term, data-dependent and never released: releases report ``cell_width`` (the
+wider cell next to each output, the max over outputs) so readers can judge it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_dp._validation import Relation
+from beam_dp.mechanisms import Method, RandomSource
+from beam_dp.scores import QuantileScore
+from beam_dp.summaries.histogram import Grid
+from beam_dp.summaries.quantiles.parameters import private_choice
+
+__all__ = ["QuantileSelection", "point_sensitivity", "select_point"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def point_sensitivity(alpha: Fraction, relation: Relation, k: Fraction | int) -> Fraction:
+    """Sensitivity of ``u`` for quantile ``alpha`` with ``k`` values per privacy unit.
+
+    Privacy:
+        Adding or removing one value moves ``L`` or ``G`` by one, hence ``u`` by ``1 - alpha``
+        or ``alpha``: ``max(alpha, 1 - alpha)`` per value under add/remove. Replacing one value
+        (``N`` fixed) can move ``L`` up and ``G`` down by one each: ``(1 - alpha) + alpha = 1``.
+        A unit holds at most ``k`` values, so both scale by ``k``.
+    """
+    if relation == "replace":
+        return Fraction(k)
+    return max(alpha, 1 - alpha) * k
+
+
+@functools.lru_cache(maxsize=2)
+def _whole_grid_score(grid: Grid, alpha: Fraction, max_contributions: int) -> QuantileScore:
+    """The score over a whole grid, reused across keys and windows (building one for a
+    10^6-point grid costs about as much as the selection itself)."""
+    return QuantileScore(alpha=alpha, grid=grid.points, max_contributions=max_contributions)
+
+
+def select_point(
+    grid: Grid,
+    candidates: tuple[int, int],
+    less: IntArray,
+    greater: IntArray,
+    scale: int,
+    *,
+    alpha: Fraction,
+    relation: Relation,
+    epsilon: Fraction,
+    max_contributions: int,
+    max_partitions: int,
+    method: Method,
+    source: RandomSource,
+) -> int:
+    """One private grid index among ``candidates = (low, high)`` for quantile ``alpha``.
+
+    ``less`` and ``greater`` are ``scale`` times the (weighted) ``L`` and ``G`` of the
+    candidates ``low..high``.
+
+    Privacy:
+        ``epsilon``-DP under ``relation``: the integer scores are ``b * scale * u`` for
+        ``alpha = a/b``, so their sensitivity is :func:`point_sensitivity` scaled alike
+        (:meth:`QuantileScore.scaled_sensitivity`), times the partitions one unit reaches.
+    """
+    low, high = candidates
+    if low == 0 and high == grid.num_points - 1:
+        score = _whole_grid_score(grid, alpha, max_contributions)
+    else:
+        score = QuantileScore(
+            alpha=alpha, grid=grid.points[low : high + 1], max_contributions=max_contributions
+        )
+    scores = score.compute_from_counts(less, greater)
+    sensitivity = score.scaled_sensitivity(relation) * scale * max_partitions
+    return low + private_choice(scores, epsilon, sensitivity, method, source)
+
+
+@dataclass(frozen=True)
+class QuantileSelection:
+    """The outcome of a quantile release: released grid points and public accuracy.
+
+    Attributes:
+        values: the released points, one per requested quantile (in request order).
+        indices: their grid indices.
+        rank_errors: per-quantile rank-error bounds (``l`` part; see the module docstring).
+        rank_error: the largest of them.
+        cell_width: the widest grid cell next to any output.
+        score_loss: the largest per-selection score-loss bound (value counts).
+        sensitivity: the largest selection sensitivity (value counts, times partitions).
+        epsilon: epsilon spent in total.
+        rounds: sequential rounds composed.
+        num_candidates: grid size.
+        secure: whether the randomness came from the OS CSPRNG.
+        fine_rank_error: the second pass's alone, for a coarse-to-fine release.
+    """
+
+    values: tuple[float, ...]
+    indices: tuple[int, ...]
+    rank_errors: tuple[float, ...]
+    cell_width: float
+    score_loss: float
+    sensitivity: float
+    epsilon: float
+    rounds: int
+    num_candidates: int
+    secure: bool
+    fine_rank_error: float | None = field(default=None)
+
+    @property
+    def rank_error(self) -> float:
+        return max(self.rank_errors)
