@@ -1,8 +1,10 @@
 """Privacy accounting: budgets planned before a pipeline runs, composition, and the ledger.
 
-Pure Python (no Apache Beam). See :mod:`beam_dp.accounting.budget` for the budget and its
-composition rules, :mod:`beam_dp.accounting.zcdp` for zCDP costs and conversions, and
-:mod:`beam_dp.accounting.ledger` for the per-release record.
+Pure Python (no Apache Beam). See :mod:`beam_dp.accounting.budget` for the budget (the
+planner), :mod:`beam_dp.accounting.shares` for its shares, :mod:`beam_dp.accounting.composition`
+for the composition interface with one rule per kind (:mod:`~beam_dp.accounting.composition_basic`,
+:mod:`~beam_dp.accounting.composition_zcdp`), :mod:`beam_dp.accounting.zcdp` for zCDP costs and
+conversions, and :mod:`beam_dp.accounting.ledger` for the per-release record.
 """
 
 from beam_dp.accounting.budget import (
