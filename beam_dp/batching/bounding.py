@@ -22,16 +22,16 @@ Privacy needs only that the choice depends on no other unit (the sensitivity of 
 is derived from the bounds); uniformity is for accuracy, independence of order for
 reproducible runs.
 
-**Cost.** Sampling rows within groups (the row bound, and distinct candidates when rows
-carry values) sorts one 64-bit key whose high 32 bits come from the group (unit, key) and
-whose low 32 bits from the row's content hash, which
-brings each group's rows together and identical rows next to each other. The rare buckets
-where two groups, or two different content hashes, share those bits are re-sorted exactly
-(by the group's columns and the full content hash). Rows are identical when their 64-bit
-content hashes are equal (two different rows collide with probability about 2**-64 and are
-then sampled as copies: still uniformly). With a bound of 1 the lowest priority per group
-is then found in linear time; larger bounds sort once more, only the rows of groups that
-exceed the bound. If no group exceeds its bound, the batch is returned as it is.
+**Cost.** Rows are grouped by one sort of 64-bit *values* (not an argsort: numpy sorts values
+several times faster): the group hash's high bits with the row's index in the low bits, so
+the sorted values carry the order. The rare buckets where two groups share those bits are
+re-sorted exactly by the group's columns. If no bucket holds more rows than the bound, no
+group does and the batch is returned as it is (the fast path), before any other work. Copies
+of a row (equal 64-bit content hash in one group; two different rows collide with
+probability about 2**-64 and are then sampled as copies: still uniformly) are found with one
+more sort of values, and only the repeated rows are ordered to number their copies. With a
+bound of 1 the lowest priority per group is then found in linear time; larger bounds sort
+once more, only the rows of groups that exceed the bound.
 """
 
 from __future__ import annotations
@@ -94,8 +94,7 @@ _ODD = (
 )
 _DISTINCT_SALT = np.uint64(0x5851F42D4C957F2D)
 _MAX_GROUP_BITS = 40  # group ids up to 2**40 share one sort key with a priority's high bits
-_LOW32 = np.uint64(32)
-_HIGH = np.uint64(0xFFFFFFFF00000000)
+_MAX_ROW_BITS = 40  # row indices up to 2**40 share one sorted value with a group's high bits
 
 U64 = npt.NDArray[np.uint64]
 Index = npt.NDArray[np.intp]
@@ -136,44 +135,67 @@ def _differs(columns: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.bool_]:
     return out
 
 
-def _sort_groups(
-    group: Sequence[npt.NDArray[Any]], h: U64
-) -> tuple[Index, U64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """An order that brings each group together and, inside it, identical rows together.
+def _order_groups(
+    group: Sequence[npt.NDArray[Any]], g: U64, bound: int
+) -> tuple[Index, npt.NDArray[np.bool_]] | None:
+    """An order that brings each group's rows together, and where groups start in it.
 
-    One sort of one 64-bit key (the group hash's high half, the content hash's high half);
-    the buckets where that key does not separate two groups or two content hashes are
-    re-sorted exactly. Returns the order, ``h`` in that order, and where groups and runs of
-    rows with equal ``h`` start (run starts include group starts).
+    ``None`` when no group has more than ``bound`` rows (the batch is kept as it is).
+
+    One sort of 64-bit *values* (numpy sorts values several times faster than it argsorts
+    them): the group hash's high bits with the row's index in the low bits, so the sorted
+    values carry the order. Rows of one group share a bucket (the high bits); no bucket with
+    more than ``bound`` rows means no group with more. The rare buckets that hold several
+    groups are re-sorted exactly by the group's columns.
     """
-    key = (_group_hash(group) & _HIGH) | (h >> _LOW32)
-    order: Index = np.argsort(key)
+    n = g.size
+    row_bits = max((n - 1).bit_length(), 1)
+    if row_bits > _MAX_ROW_BITS:  # pragma: no cover - batches of 2**40 rows do not fit in memory
+        order: Index = np.lexsort(list(reversed(group)))
+        bucket = g[order]
+    else:
+        shift = np.uint64(row_bits)
+        packed = np.sort(((g >> shift) << shift) | np.arange(n, dtype=np.uint64))
+        order = (packed & np.uint64((1 << row_bits) - 1)).astype(np.intp)
+        bucket = packed >> shift
+    same_bucket = bucket[1:] == bucket[:-1]
+    bucket_starts = np.flatnonzero(np.concatenate(([True], ~same_bucket)))
+    if int(np.diff(np.append(bucket_starts, n)).max()) <= bound:
+        return None  # the fast path: no unit exceeds its bound
     group_sorted = [column[order] for column in group]
-    h_sorted: U64 = h[order]
-    high = (
-        group_sorted[0] if len(group) == 1 else _group_hash(group_sorted)
-    ) >> _LOW32  # each row's bucket, without gathering the key
-    same_bucket = high[1:] == high[:-1]
     new_group = _differs(group_sorted)
-    new_content = h_sorted[1:] != h_sorted[:-1]
-    same_key = same_bucket & ((h_sorted[1:] >> _LOW32) == (h_sorted[:-1] >> _LOW32))
-    conflict = (same_bucket & new_group) | (same_key & new_content)
+    conflict = same_bucket & new_group
     if conflict.any():
-        bucket = np.concatenate(([0], np.cumsum(~same_bucket)))
-        flagged = np.zeros(int(bucket[-1]) + 1, dtype=bool)
-        flagged[bucket[1:][conflict]] = True
-        rows = np.flatnonzero(flagged[bucket])
+        bucket_id = np.concatenate(([0], np.cumsum(~same_bucket)))
+        flagged = np.zeros(int(bucket_id[-1]) + 1, dtype=bool)
+        flagged[bucket_id[1:][conflict]] = True
+        rows = np.flatnonzero(flagged[bucket_id])
         # lexsort: last key first; the bucket keeps these rows inside their bucket's range
-        keys = [h_sorted[rows], *(c[rows] for c in reversed(group_sorted)), bucket[rows]]
-        within = np.lexsort(keys)
+        within = np.lexsort([*(c[rows] for c in reversed(group_sorted)), bucket_id[rows]])
         order[rows] = order[rows][within]
-        for column in (*group_sorted, h_sorted):
+        for column in group_sorted:
             column[rows] = column[rows][within]
         new_group = _differs(group_sorted)
-        new_content = h_sorted[1:] != h_sorted[:-1]
-    group_starts = np.concatenate(([True], new_group))
-    run_starts = group_starts | np.concatenate(([True], new_content))
-    return order, h_sorted, group_starts, run_starts
+    return order, np.concatenate(([True], new_group))
+
+
+def _copy_index(h: U64) -> U64:
+    """For each row, its index among the rows with the same ``h`` (0 for a row seen once).
+
+    Which copy gets which index follows the rows' order, but copies are identical rows, so
+    the multiset of (row, index) pairs, and so every sample drawn from it, does not.
+    """
+    index = np.zeros(h.size, dtype=np.uint64)
+    values = np.sort(h)
+    repeated = values[1:][values[1:] == values[:-1]]
+    if not repeated.size:
+        return index  # no copies: the common case for measured values
+    repeated = np.unique(repeated)
+    at = np.minimum(np.searchsorted(repeated, h), repeated.size - 1)
+    rows = np.flatnonzero(repeated[at] == h)
+    ordered = rows[np.argsort(h[rows], kind="stable")]
+    index[ordered] = _rank_within_groups(_group_starts(h[ordered])).astype(np.uint64)
+    return index
 
 
 def _sample_groups(group: Sequence[npt.NDArray[Any]], h: U64, bound: int) -> Index | None:
@@ -186,18 +208,20 @@ def _sample_groups(group: Sequence[npt.NDArray[Any]], h: U64, bound: int) -> Ind
             are then still sampled uniformly, as copies).
         bound: how many rows each group keeps.
     """
-    n = h.size
-    order, h_sorted, group_starts, run_starts = _sort_groups(group, h)
+    g = group[0] if len(group) == 1 else _group_hash(group)
+    grouped = _order_groups(group, g, bound)
+    if grouped is None:
+        return None
+    order, group_starts = grouped
     starts = np.flatnonzero(group_starts)
-    sizes = np.diff(np.append(starts, n))
+    sizes = np.diff(np.append(starts, h.size))
     if int(sizes.max()) <= bound:
         return None
-    positions = np.arange(n)
-    copy = positions - np.maximum.accumulate(np.where(run_starts, positions, 0))
     with np.errstate(over="ignore"):
-        priority = _mix(h_sorted ^ (copy.astype(np.uint64) * _ODD[1]))
+        copy = _copy_index(h ^ (g * _ODD[2]))  # copies: equal content in the same group
+        priority = _mix(h ^ (copy * _ODD[1]))[order]
     group_id = np.cumsum(group_starts) - 1
-    if bound == 1:
+    if bound == 1:  # the lowest priority of each group, in linear time
         lowest = np.minimum.reduceat(priority, starts)
         hits = np.flatnonzero(priority == lowest[group_id])
         first = np.concatenate(([True], group_id[hits][1:] != group_id[hits][:-1]))
