@@ -30,21 +30,22 @@ log grids, checked exactly against the grid and corrected with ``np.searchsorted
 guess is off), never per row in Python. Float comparisons are exact, so the slot of a value
 is exactly its position relative to the float grid points.
 
-The mean uses :class:`ExactSum`, an exact mergeable sum of clamped values (integers over
-``2**-1127``, so no rounding anywhere), built on the scores' exact float sum.
+The mean uses :class:`~beam_dp.summaries.sums.ExactSum` (re-exported here), an exact mergeable
+sum of clamped values (integers over ``2**-1127``, so no rounding anywhere), built on the
+scores' exact clamped sum.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp.scores._exact import clamped_exact_sum, finite_values
+from beam_dp.scores._exact import finite_values
+from beam_dp.summaries.sums import ExactSum, check_bounds
 
 __all__ = [
     "GRID_KINDS",
@@ -71,17 +72,6 @@ _DENSE_FRACTION = 8
 _DBL_MAX = float(np.finfo(np.float64).max)
 
 
-def _check_bound(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"'{name}' must be a real number; received type {type(value).__name__}")
-    as_float = float(value)
-    if math.isnan(as_float) or math.isinf(as_float):
-        raise ValueError(f"'{name}' must be finite (not NaN or infinity); received {value!r}")
-    if isinstance(value, (int, np.integer)) and Fraction(as_float) != int(value):
-        raise ValueError(f"'{name}' must be exactly representable as a float; received {value!r}")
-    return as_float
-
-
 def _check_num_points(num_points: object) -> int:
     if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)):
         raise TypeError(
@@ -93,14 +83,6 @@ def _check_num_points(num_points: object) -> int:
             f"small); received {num_points!r}"
         )
     return int(num_points)
-
-
-def _check_bounds(lower: object, upper: object) -> tuple[float, float]:
-    low = _check_bound(lower, "lower")
-    high = _check_bound(upper, "upper")
-    if not low < high:
-        raise ValueError(f"'lower' must be < 'upper'; received lower={lower!r}, upper={upper!r}")
-    return low, high
 
 
 class Grid:
@@ -147,7 +129,7 @@ class Grid:
                 ``[2, MAX_GRID_POINTS]``; or a grid too fine for float64 to keep its points
                 distinct.
         """
-        low, high = _check_bounds(lower, upper)
+        low, high = check_bounds(lower, upper)
         d = _check_num_points(num_points)
         if high - low > _DBL_MAX:
             raise ValueError("'upper' - 'lower' must be finite in float64")
@@ -163,7 +145,7 @@ class Grid:
 
         For heavy-tailed positive data. Requires ``lower > 0``.
         """
-        low, high = _check_bounds(lower, upper)
+        low, high = check_bounds(lower, upper)
         d = _check_num_points(num_points)
         if not low > 0:
             raise ValueError(
@@ -196,7 +178,7 @@ class Grid:
         _check_num_points(array.size)
         if not np.all(np.isfinite(array)):
             raise ValueError("'grid' points must be finite (no NaN or infinity)")
-        low, high = _check_bounds(
+        low, high = check_bounds(
             float(array[0]) if lower is None else lower,
             float(array[-1]) if upper is None else upper,
         )
@@ -569,71 +551,3 @@ def less_greater(counts: npt.ArrayLike) -> tuple[IntArray, IntArray]:
     less: IntArray = cumulative[0:-1:2].copy()  # slots below 2j + 1: cumulative[2j]
     greater: IntArray = total - cumulative[1::2]  # slots above 2j + 1
     return less, greater
-
-
-# Every finite float64 is an integer multiple of 2**-1074 (the smallest subnormal); measuring
-# sums in units of 2**-1127 keeps the scaled sum an integer with room to spare.
-_SCALE_BITS = 1127
-
-
-class ExactSum:
-    """The exact sum and count of values after the public input rule; mergeable.
-
-    The sum is held as a Python integer multiple of ``2**-1127`` (every finite float is one),
-    so adding, merging and reading never round. Per batch it is
-    :func:`beam_dp.scores._exact.clamped_exact_sum`, the one exact clamped sum (and the one
-    input rule: NaN and infinities dropped, others clamped to ``[lower, upper]``) that
-    :class:`~beam_dp.scores.MeanScore` uses too. ``count`` is the number of values kept; it is
-    private and never released (see :class:`~beam_dp.scores.MeanScore` for how the mean uses it).
-    """
-
-    __slots__ = ("count", "lower", "scaled_sum", "upper")
-
-    def __init__(self, lower: float, upper: float):
-        self.lower, self.upper = _check_bounds(lower, upper)
-        self.scaled_sum = 0  # the sum times 2**1127
-        self.count = 0
-
-    def add(self, values: npt.ArrayLike) -> ExactSum:
-        """Add values (NaN and infinities dropped, others clamped); returns ``self``."""
-        total, count = clamped_exact_sum(values, Fraction(self.lower), Fraction(self.upper))
-        # Its denominator is a power of two <= 2**1126 (the bounds' are <= 2**1074).
-        self.scaled_sum += total.numerator * ((1 << _SCALE_BITS) // total.denominator)
-        self.count += count
-        return self
-
-    def merge(self, other: ExactSum) -> ExactSum:
-        """Add ``other`` into ``self``; returns ``self``."""
-        if not isinstance(other, ExactSum):
-            raise TypeError(f"can only merge an ExactSum; received {type(other).__name__}")
-        if (other.lower, other.upper) != (self.lower, self.upper):
-            raise ValueError("cannot merge sums with different clamping bounds")
-        self.scaled_sum += other.scaled_sum
-        self.count += other.count
-        return self
-
-    @property
-    def total(self) -> Fraction:
-        """The exact sum of the clamped values."""
-        return Fraction(self.scaled_sum, 1 << _SCALE_BITS)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ExactSum):
-            return NotImplemented
-        return (self.lower, self.upper, self.scaled_sum, self.count) == (
-            other.lower,
-            other.upper,
-            other.scaled_sum,
-            other.count,
-        )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __getstate__(self) -> tuple[float, float, int, int]:
-        return (self.lower, self.upper, self.scaled_sum, self.count)
-
-    def __setstate__(self, state: tuple[float, float, int, int]) -> None:
-        self.lower, self.upper, self.scaled_sum, self.count = state
-
-    def __repr__(self) -> str:
-        return f"ExactSum(lower={self.lower!r}, upper={self.upper!r}, count=<private>)"
