@@ -15,27 +15,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import (
-    add_common_arguments,
-    add_method_argument,
-    add_name_argument,
-    cli,
-    job_parser,
-    parse_args,
-    run_single,
-)
-from pipelines.statistics import MAX_CANDIDATES, spec_from_config
+from pipelines.cli import cli
+from pipelines.flags import add_method_argument, add_name_argument, statistic_parser
+from pipelines.job_run import run_statistic
+from pipelines.statistics import MAX_CANDIDATES
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = job_parser("pipelines.best_price", __doc__)
-    add_common_arguments(parser)
-    parser.add_argument(
-        "--value",
-        metavar="FIELD",
-        required=True,
-        help="the field holding the most each person would pay. Required",
-    )
+    field = "the field holding the most each person would pay. Required"
+    parser = statistic_parser("pipelines.best_price", __doc__, "--value", field)
     parser.add_argument(
         "--prices",
         metavar="GRID_FILE_OR_LIST",
@@ -57,19 +45,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args, options = parse_args(_parser(), argv)
+def _table(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "name": args.name,
         "type": "best_price",
         "value": args.value,
         "per_unit": args.per_unit,
-        "method": args.method,
-        "epsilon": args.epsilon,
     }
     if args.prices is not None:
         config["prices"] = args.prices
-    return run_single(spec_from_config(config), args, options)
+    return config
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return run_statistic(_parser(), argv, _table)
 
 
 if __name__ == "__main__":

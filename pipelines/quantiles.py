@@ -14,27 +14,14 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import (
-    add_common_arguments,
-    add_method_argument,
-    add_name_argument,
-    cli,
-    job_parser,
-    parse_args,
-    run_single,
-)
-from pipelines.statistics import spec_from_config
+from pipelines.cli import cli
+from pipelines.flags import add_method_argument, add_name_argument, statistic_parser
+from pipelines.job_run import run_statistic
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = job_parser("pipelines.quantiles", __doc__)
-    add_common_arguments(parser)
-    parser.add_argument(
-        "--value",
-        metavar="FIELD",
-        required=True,
-        help="the numeric field whose quantiles are released. Required",
-    )
+    field = "the numeric field whose quantiles are released. Required"
+    parser = statistic_parser("pipelines.quantiles", __doc__, "--value", field)
     parser.add_argument(
         "--quantiles",
         metavar="LIST",
@@ -105,10 +92,8 @@ def _quantiles(spec: str) -> list[float]:
         ) from None
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args, options = parse_args(_parser(), argv)
+def _table(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "name": args.name,
         "type": "quantiles",
         "value": args.value,
         "quantiles": _quantiles(args.quantiles),
@@ -116,14 +101,16 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "upper": args.upper,
         "grid": args.grid,
         "max_contributions": args.max_contributions,
-        "method": args.method,
-        "epsilon": args.epsilon,
     }
     if args.num_points is not None:
         config["num_points"] = args.num_points
     if args.split is not None:
         config["split"] = args.split
-    return run_single(spec_from_config(config), args, options)
+    return config
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return run_statistic(_parser(), argv, _table)
 
 
 if __name__ == "__main__":

@@ -45,21 +45,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from beam_dp._validation import check_relation
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.io import FORMATS
-from pipelines.common import (
+from pipelines.cli import SKIP_HINT_CONFIG, cli
+from pipelines.flags import (
     JOB_EPILOG,
-    SKIP_HINT_CONFIG,
     add_operator_arguments,
     add_output_argument,
-    cli,
     job_parser,
     parse_args,
-    print_summary,
-    run_statistics,
 )
+from pipelines.job_run import run_statistics
 from pipelines.statistics import TYPES, check_table, spec_from_config, statistic_keys
+from pipelines.summary import print_summary
 
 TABLES: dict[str, Any] = {"input": dict, "budget": dict, "statistics": list}
 INPUT_KEYS: dict[str, Any] = {
@@ -112,8 +110,6 @@ def load_config(path: str) -> dict[str, Any]:
             "'record_level = true' to ask explicitly for record-level privacy, which protects "
             "single records, not people (someone with r records is protected at r times epsilon)"
         )
-    if "relation" in config["budget"]:
-        check_relation(config["budget"]["relation"])
     return config
 
 

@@ -15,27 +15,15 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from pipelines.common import (
-    add_common_arguments,
-    add_method_argument,
-    add_name_argument,
-    cli,
-    job_parser,
-    parse_args,
-    run_single,
-)
-from pipelines.statistics import MAX_CANDIDATES, spec_from_config
+from pipelines.cli import cli
+from pipelines.flags import add_method_argument, add_name_argument, statistic_parser
+from pipelines.job_run import run_statistic
+from pipelines.statistics import MAX_CANDIDATES
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = job_parser("pipelines.top_candidates", __doc__)
-    add_common_arguments(parser)
-    parser.add_argument(
-        "--candidate",
-        metavar="FIELD",
-        required=True,
-        help="the field holding the label counted. Required",
-    )
+    field = "the field holding the label counted. Required"
+    parser = statistic_parser("pipelines.top_candidates", __doc__, "--candidate", field)
     parser.add_argument(
         "--candidates",
         metavar="FILE_OR_LIST",
@@ -72,14 +60,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    args, options = parse_args(_parser(), argv)
+def _table(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "name": args.name,
         "type": "top_candidates",
         "candidate": args.candidate,
         "k": args.k,
-        "method": args.method,
         "max_candidates_per_unit": args.max_candidates_per_unit,
     }
     if args.candidates is not None:
@@ -95,7 +80,11 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         config["key_selection_epsilon"] = args.epsilon * args.key_selection_fraction
         config["key_selection_delta"] = args.delta
         config["epsilon"] = args.epsilon * (1 - args.key_selection_fraction)
-    return run_single(spec_from_config(config), args, options)
+    return config
+
+
+def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    return run_statistic(_parser(), argv, _table)
 
 
 if __name__ == "__main__":

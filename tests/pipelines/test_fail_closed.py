@@ -19,7 +19,7 @@ import pytest
 from export_helpers import write_export
 
 from beam_dp import telemetry
-from pipelines import best_price, common, election, quantiles, release, top_candidates
+from pipelines import best_price, election, job_run, quantiles, release, top_candidates
 from pipelines.common import check_pipeline_flags, cli, parse_args
 from pipelines.statistics import public_list, spec_from_config, statistic_keys
 
@@ -442,7 +442,7 @@ def test_a_library_error_while_running_prints_one_line_without_its_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     pattern = write_export(tmp_path / "in", "csv", _rows(), shards=1)
-    monkeypatch.setattr(common, "ReadExport", _LeakyRead)
+    monkeypatch.setattr(job_run, "ReadExport", _LeakyRead)
     argv = ["--input", pattern, "--privacy_unit", "user_id", "--value", "price",
             "--epsilon", "1", "--output", str(tmp_path / "out")]  # fmt: skip
     with caplog.at_level(logging.INFO), pytest.raises(SystemExit) as info:

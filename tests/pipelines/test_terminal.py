@@ -20,7 +20,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import _terminal, best_price, common, election, quantiles, release, top_candidates
+from pipelines import (
+    _terminal,
+    best_price,
+    common,
+    election,
+    job_run,
+    outputs,
+    quantiles,
+    release,
+    top_candidates,
+)
 from pipelines.statistics import MAX_CANDIDATES, parse_prices, public_list
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +109,7 @@ def test_unwritable_output_is_refused_before_the_pipeline_is_built(
     def must_not_run(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the pipeline ran before --output was checked")
 
-    monkeypatch.setattr(common, "run_and_write", must_not_run)
+    monkeypatch.setattr(job_run, "run_and_write", must_not_run)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit) as info:
         common.cli(lambda: best_price.run(_price_argv(SAMPLE, tmp_path / "a_file" / "out")))
@@ -107,16 +117,16 @@ def test_unwritable_output_is_refused_before_the_pipeline_is_built(
     # A writable directory that did not exist is probed and removed again (nothing is left
     # behind if the job fails later).
     out = tmp_path / "new" / "deeper" / "out"
-    common._check_writable(str(out))
+    outputs.check_writable(str(out))
     assert not (tmp_path / "new").exists()
     existing = tmp_path / "existing"
     existing.mkdir()
-    common._check_writable(str(existing))
+    outputs.check_writable(str(existing))
     assert list(existing.iterdir()) == []
     # Other filesystems are probed through Beam's FileSystems: one that cannot be written (here
     # one Beam does not know) is refused in the same words.
     with pytest.raises(ValueError, match=r"^--output nosuch://bucket/out is not writable"):
-        common._check_writable("nosuch://bucket/out")
+        outputs.check_writable("nosuch://bucket/out")
 
 
 def test_config_typo_is_one_line(tmp_path: Path) -> None:
@@ -362,7 +372,7 @@ def test_mixed_relations_are_refused_before_the_pipeline_is_built(
     def must_not_run(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the pipeline ran with statistics the budget cannot compose")
 
-    monkeypatch.setattr(common, "run_and_write", must_not_run)
+    monkeypatch.setattr(job_run, "run_and_write", must_not_run)
     config = tmp_path / "job.toml"
     statistic = '[[statistics]]\nname = "{}"\ntype = "best_price"\nvalue = "w"\n{}\n'
     config.write_text(

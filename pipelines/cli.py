@@ -1,0 +1,127 @@
+"""What a job's user sees when it ends: one line for a failure, never a record's value.
+
+:func:`cli` runs a job. A failure prints one line: the message of a
+:class:`beam_dp.errors.BeamDPError` (built from file, field and rule), or of a
+ValueError/TypeError raised while the job was parsed and built (parameter validation);
+anything raised while the pipeline runs prints only the stage that failed, unless
+``--show_tracebacks_unsafe`` (NOT private) is given. What a job logs otherwise is public
+(:mod:`beam_dp.telemetry`): the statistics, the input pattern and its number of files,
+elapsed time; ``--log_exact_counts`` (an operator's choice, NOT private) adds exact
+data-dependent counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from beam_dp import telemetry
+from beam_dp.errors import BeamDPError
+from pipelines import _terminal
+from pipelines._state import SKIP_HINT_CONFIG, SKIP_HINT_FLAG, STATE
+
+__all__ = ["SKIP_HINT_CONFIG", "SKIP_HINT_FLAG", "cli", "configure_logging", "failure_message"]
+
+_LIBRARY_SKIP_HINT = re.compile(r"on_bad_record='skip'")
+
+_UNSAFE_HINT = (
+    "details are withheld because they may contain data; rerun with --show_tracebacks_unsafe "
+    "to see them (not private)"
+)
+
+
+def configure_logging(*, exact_counts: bool, show_tracebacks: bool) -> None:
+    """Under :func:`cli`: library logs at INFO only with exact counts; Beam's only if unsafe."""
+    logging.getLogger("beam_dp").setLevel(logging.INFO if exact_counts else logging.WARNING)
+    # Beam logs a failing step's exception (which may quote a record) at ERROR.
+    logging.getLogger("apache_beam").setLevel(
+        logging.NOTSET if show_tracebacks else logging.CRITICAL
+    )
+
+
+_STAGE = re.compile(r"\[while running '([^']*)'\]")
+
+
+def failure_message(error: Exception) -> str:
+    """The one line :func:`cli` prints: never a library's text from a running pipeline."""
+    if isinstance(error, BeamDPError):
+        # The library's hint names its parameter; a user of a job sets a flag or a config key.
+        text = str(error).split(" [while running")[0]
+        return _LIBRARY_SKIP_HINT.sub(lambda _: STATE.skip_hint, text)
+    if STATE.phase == "prepare" and isinstance(error, (ValueError, TypeError)):
+        return str(error)  # parameter validation: parameters are public
+    if STATE.phase != "run" and isinstance(error, OSError) and error.strerror:
+        # A path the job chose (config, candidates, output, temp location) and the OS's words.
+        target = f" {error.filename!r}" if error.filename else ""
+        return f"cannot access{target}: {error.strerror}"
+    kind = type(error).__name__
+    if STATE.phase == "prepare":
+        return f"the job failed while it was being prepared ({kind}); {_UNSAFE_HINT}"
+    if STATE.phase == "write":
+        return f"the job failed while writing its outputs ({kind}); {_UNSAFE_HINT}"
+    # Only a label of this job's own pipeline is named (they are public), never other text.
+    stages = [label for label in _STAGE.findall(str(error)) if label in STATE.stages]
+    where = f"in stage {stages[0]!r}" if stages else "while the pipeline ran"
+    return f"the pipeline failed {where} ({kind}); {_UNSAFE_HINT}"
+
+
+def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
+    """Run a job from the command line: a failure ends it with one line and a non-zero status.
+
+    The line is the message of a :class:`beam_dp.errors.BeamDPError` (it names file, field and
+    rule, never a value), or of a ValueError/TypeError raised while the job is parsed and
+    built (parameter validation). Any other failure, and anything raised while the pipeline
+    runs, prints only where it happened (the stage, when known): library messages can quote
+    records. Beam's own error logs are silenced for the same reason. ``--show_tracebacks_unsafe``
+    shows everything (not private). The output directory is left untouched (outputs are
+    written only when the job succeeds).
+
+    A data error's hint to skip bad records names the library's parameter; it is shown as
+    ``skip_hint`` instead (the job's flag by default; the release job names its config key).
+    Known third-party noise (Beam's ``apitools`` warning, Dask's start-up logs and partition
+    warnings) is filtered while the job runs (:mod:`pipelines._terminal`).
+
+    Temporary files go to a directory of this run (``tempfile``'s directory and ``TMPDIR``
+    for the processes it starts), removed when the job ends, whether it succeeded or not:
+    Beam leaves its staging directories (``beam-temp*``, ``tmp*``) behind otherwise.
+    """
+    STATE.reset(in_cli=True)
+    STATE.skip_hint = skip_hint
+    exact_counts = telemetry.exact_counts_enabled()
+    environment = {name: os.environ.get(name) for name in (*_terminal.ENVIRONMENT, "TMPDIR")}
+    _terminal.quiet_third_party()
+    saved_tempdir = tempfile.tempdir
+    run_temp = tempfile.mkdtemp(prefix="beam_dp_job_")
+    tempfile.tempdir = os.environ["TMPDIR"] = run_temp
+    saved = {
+        name: logging.getLogger(name).level
+        for name in ("beam_dp", "beam_dp.pipelines", "apache_beam")
+    }
+    logging.getLogger("beam_dp.pipelines").setLevel(logging.INFO)
+    configure_logging(exact_counts=False, show_tracebacks=False)
+    try:
+        run()
+    except Exception as error:
+        if STATE.show_tracebacks:
+            raise
+        raise SystemExit(f"error: {failure_message(error)}") from None
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
+        if not exact_counts:
+            telemetry.disable_exact_counts()
+        for name, was in environment.items():
+            if was is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = was
+        if tempfile.tempdir == run_temp:  # not if a job started after this one replaced it
+            still_there = saved_tempdir is None or os.path.isdir(saved_tempdir)
+            tempfile.tempdir = saved_tempdir if still_there else None
+        shutil.rmtree(run_temp, ignore_errors=True)
+        STATE.reset()

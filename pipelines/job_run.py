@@ -1,0 +1,216 @@
+"""Running a job's statistics: every check, then the budget, then the ledger, then the data.
+
+:func:`run_statistics` is the order every job follows, all before any data is read: the
+statistics' parameters, the output directory, the budget (an over-spent budget fails before
+any data is read), the transforms, the input files, and the reservation in the ledger when
+one is given. The export is read once; every statistic's transform consumes the same rows.
+:func:`run_statistic` is a one-statistic job (``best_price``, ``election``, ...) from its
+flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.pvalue import PCollection
+
+from beam_dp.accounting import PrivacyBudget
+from beam_dp.io import ReadExport
+from beam_dp.ledger import RunInfo, config_digest
+from pipelines._state import LOG
+from pipelines.execute import JOB_STAGES, READ_EXPORT, run_and_write
+from pipelines.flags import parse_args
+from pipelines.ledger_charge import check_ledger_flags, commit, reserve, settle_failure
+from pipelines.outputs import check_output, check_writable
+from pipelines.statistics import StatisticSpec, spec_from_config
+from pipelines.summary import print_summary
+
+__all__ = ["run_single", "run_statistic", "run_statistics"]
+
+
+def check_privacy_unit(privacy_unit: str | None, record_level: bool) -> None:
+    if privacy_unit is not None and record_level:
+        raise ValueError(
+            "give either a privacy unit (--privacy_unit, or privacy_unit in [input]) or "
+            "record-level privacy (--record_level, or record_level = true), not both"
+        )
+    if privacy_unit is None and not record_level:
+        raise ValueError(
+            "no privacy unit: give the field identifying a person (--privacy_unit, or "
+            "privacy_unit in [input]), or ask for record-level privacy explicitly "
+            "(--record_level, or record_level = true in [input]), which protects single "
+            "records, not people"
+        )
+
+
+def approximate_size(size: int) -> str:
+    """A size to two significant digits (``1.2 MB``): progress, not an exact figure."""
+    units = ("bytes", "kB", "MB", "GB", "TB")
+    value = float(size)
+    for unit in units:
+        rounded = float(f"{value:.2g}")
+        if rounded < 1000 or unit == units[-1]:
+            return f"{rounded:g} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def match_input_files(pattern: str) -> tuple[int, int]:
+    """How many files the input pattern matches and their total size; none is an error.
+
+    Both are facts about the files an operator can list, not about records; the size is only
+    ever shown to two significant digits (:func:`_approximate_size`).
+    """
+    path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
+    try:
+        found = FileSystems.match([path])[0].metadata_list
+    except Exception:
+        raise ValueError(
+            f"cannot list the input {pattern!r} (check the path, its filesystem and access to it)"
+        ) from None
+    if not found:
+        raise ValueError(f"no file matches the input {pattern!r}")
+    return len(found), sum(int(match.size_in_bytes or 0) for match in found)
+
+
+def run_statistics(
+    specs: Sequence[StatisticSpec],
+    *,
+    input_pattern: str,
+    input_format: str | None,
+    privacy_unit: str | None,
+    relation: str,
+    on_bad_record: str,
+    budget: PrivacyBudget,
+    options: PipelineOptions,
+    output: str,
+    record_level: bool = False,
+    ledger: str | None = None,
+    dataset: str | None = None,
+    overwrite: bool = False,
+    job: str = "pipelines",
+    config: str | None = None,
+) -> dict[str, Any]:
+    """Check every statistic, request every share, finalize the budget, then run.
+
+    In this order, all before any data is read: every transform is built once with its own
+    parameters (so a bad parameter fails first), the shares are requested and the budget
+    finalized (an over-spent budget fails next), the real transforms are built, and the input
+    must match at least one file. The export is read once; every statistic's transform
+    consumes the same batches. ``privacy_unit=None`` needs ``record_level=True``.
+    """
+    check_privacy_unit(privacy_unit, record_level)
+    check_ledger_flags(ledger, dataset)
+    reserved_names = sorted({spec.name for spec in specs} & set(JOB_STAGES))
+    if reserved_names:
+        raise ValueError(
+            f"statistic name {reserved_names[0]!r} is taken by a stage of the job "
+            f"({', '.join(JOB_STAGES)}); choose another name"
+        )
+    relations = sorted({relation if spec.relation is None else spec.relation for spec in specs})
+    if len(relations) > 1:
+        raise ValueError(
+            f"the statistics use different neighbouring relations ({', '.join(relations)}), but "
+            "one budget composes one relation: give every statistic the same 'relation' (or "
+            "set it once, in [budget])"
+        )
+    check_output(output, overwrite)
+    check_writable(output)
+    for spec in specs:
+        spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
+    for spec in specs:
+        spec.request(budget)
+    budget.finalize()
+    transforms = [
+        (
+            spec,
+            spec.transform(
+                unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record
+            ),
+        )
+        for spec in specs
+    ]
+    columns = list(
+        dict.fromkeys(
+            ([privacy_unit] if privacy_unit else []) + [c for spec in specs for c in spec.columns]
+        )
+    )
+    reader = ReadExport(
+        input_pattern,
+        columns=columns,
+        input_format=input_format,
+        on_bad_record=on_bad_record,  # type: ignore[arg-type]
+        unit_column=privacy_unit,
+    )
+    files, size = match_input_files(input_pattern)
+    LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
+    LOG.info("input: %s (%d file(s), about %s)", input_pattern, files, approximate_size(size))
+
+    def build(pipeline: beam.Pipeline) -> list[PCollection]:
+        rows = pipeline | READ_EXPORT >> reader
+        return [rows | spec.name >> transform for spec, transform in transforms]
+
+    run = RunInfo(job, config_digest(config) if config else "", details={"input": input_pattern})
+    # The relation every release is private under (checked above to be one): the ledger
+    # compares it with the dataset's, so a statistic's own 'relation' counts, not the default.
+    released_under = relations[0] if relations else relation
+    reserved = reserve(ledger, dataset, budget, released_under, run)
+    if reserved is None:
+        return run_and_write(build, budget=budget, options=options, output=output)
+    reservation, ledger_record = reserved
+    try:
+        document = run_and_write(
+            build, budget=budget, options=options, output=output, ledger_record=ledger_record
+        )
+    except BaseException:
+        settle_failure(reservation)  # given back only if no data was read
+        raise
+    commit(reservation, budget, output, overwrite)
+    return document
+
+
+def run_single(
+    spec: StatisticSpec, args: argparse.Namespace, options: PipelineOptions
+) -> dict[str, Any]:
+    """Run a one-statistic job from its parsed common flags, print and return its document."""
+    document = run_statistics(
+        [spec],
+        input_pattern=args.input,
+        input_format=args.input_format,
+        privacy_unit=args.privacy_unit,
+        record_level=args.record_level,
+        relation=args.relation,
+        on_bad_record=args.on_bad_record,
+        budget=PrivacyBudget(args.epsilon, args.delta),
+        options=options,
+        output=args.output,
+        ledger=args.ledger,
+        dataset=args.dataset,
+        overwrite=args.overwrite,
+        job=spec.name,
+    )
+    print_summary(document)
+    return document
+
+
+def run_statistic(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    table: Callable[[argparse.Namespace], dict[str, Any]],
+) -> dict[str, Any]:
+    """A one-statistic job: parse its flags, build its statistic, run it, print the summary.
+
+    ``table`` gives, from the parsed flags, the statistic's table as the release job's config
+    would hold it: its ``type`` and its own keys. The flags every such job has fill in
+    ``name``, ``method`` and ``epsilon`` (unless ``table`` splits epsilon itself).
+    """
+    args, options = parse_args(parser, argv)
+    config = {"name": args.name, **table(args), "method": args.method}
+    config.setdefault("epsilon", args.epsilon)
+    return run_single(spec_from_config(config), args, options)

@@ -1,0 +1,128 @@
+"""The table a job prints at the end: the releases, their accuracy, and the budget.
+
+Everything in it is released (the values, their ledger entries and accuracy bounds) or
+public (names, keys, the budget).
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["print_summary"]
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+# The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
+# the statistic's units (``accuracy_units``) shows its other keys instead.
+_LEDGER_ACCURACY = frozenset({"score_loss", "rank_error", "cell_width", "confidence"})
+_CELL = 48  # the widest shown cell but the last (accuracy), which is never cut
+
+
+def _cut(cell: str, width: int) -> str:
+    """``cell`` in ``width`` characters; a longer one visibly cut (``...``), never silently:
+    a number cut short would read as another number."""
+    return cell if len(cell) <= width else cell[: width - 3] + "..."
+
+
+def _accuracy_cell(release: dict[str, Any]) -> str:
+    """The accuracy column: the bounds in the statistic's units when the release states them
+    (``accuracy_units``), else the ledger's score-loss and rank-error bounds."""
+    accuracy = release.get("accuracy") or {}
+    units = release.get("accuracy_units") or {}
+    stated = [
+        f"{key.replace('_', ' ')} <= {_rounded_up(bound)}"
+        for key, bound in accuracy.items()
+        if key in units and key not in _LEDGER_ACCURACY and isinstance(bound, (int, float))
+    ]
+    if stated:
+        return "; ".join(stated)
+    parts = [f"score within {accuracy['score_loss']:.3g}"] if "score_loss" in accuracy else []
+    if "rank_error" in accuracy:
+        parts.append(f"rank error <= {accuracy['rank_error']:.3g}")
+    return "; ".join(parts)
+
+
+def _rounded_up(bound: float) -> str:
+    """A bound to three significant digits, rounded up (a stated bound never shrinks)."""
+    number = float(bound)
+    if number <= 0 or not math.isfinite(number):
+        return f"{number:g}"
+    rounded = decimal.Context(prec=3, rounding=decimal.ROUND_CEILING).plus(
+        decimal.Decimal(repr(number))
+    )
+    return f"{rounded:f}"
+
+
+def _accuracy_header(releases: Sequence[dict[str, Any]]) -> str:
+    levels = {(r.get("accuracy") or {}).get("confidence", 0.95) for r in releases}
+    if len(levels) == 1:
+        return f"accuracy ({float(levels.pop()) * 100:g}%)"
+    return "accuracy (at each release's confidence)"
+
+
+def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
+    """Each release's accuracy in words, once per statistic when its keys share the text."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for r in releases:
+        text = r.get("accuracy_description")
+        if isinstance(text, str) and text:
+            seen.setdefault((r["name"], text), []).append(
+                "" if r.get("key") is None else str(r["key"])
+            )
+    if not seen:
+        return
+    print("\naccuracy, in words:", file=out)
+    for (name, text), keys in seen.items():
+        label = name if keys == [""] or len(keys) > 1 else f"{name} [{keys[0]}]"
+        for line in textwrap.wrap(
+            f"{label}: {text}", width=100, initial_indent="  ", subsequent_indent="    "
+        ):
+            print(line, file=out)
+
+
+def print_summary(document: dict[str, Any], file: Any = None) -> None:
+    """A readable table of the releases and the budget.
+
+    The accuracy column shows a release's bounds in the statistic's own units when the release
+    states them (``accuracy_units``, with the sentence ``accuracy_description`` printed in full
+    after the table), and otherwise the ledger's bounds in the score's units.
+    """
+    out = file if file is not None else sys.stdout
+    rows = [("name", "key", "released value", "epsilon", _accuracy_header(document["releases"]))]
+    for r in document["releases"]:
+        value = r["value"]
+        shown = ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
+        rows.append(
+            (
+                r["name"],
+                "" if r.get("key") is None else str(r["key"]),
+                shown,
+                f"{r['epsilon']:.4g}",
+                _accuracy_cell(r),
+            )
+        )
+    limits = [_CELL] * (len(rows[0]) - 1) + [max(len(row[-1]) for row in rows)]
+    widths = [min(max(len(row[i]) for row in rows), limits[i]) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
+        cells = [_cut(cell, width).ljust(width) for cell, width in zip(row, widths, strict=True)]
+        print("  ".join(cells).rstrip(), file=out)
+        if n == 0:
+            print("  ".join("-" * width for width in widths), file=out)
+    _print_descriptions(document["releases"], out)
+    budget = document["budget"]
+    print(
+        f"\nbudget: epsilon {budget['epsilon_spent']:.4g} of {budget['epsilon_total']:.4g} spent, "
+        f"delta {budget['delta_spent']:.3g} of {budget['delta_total']:.3g} "
+        f"({budget.get('composition', 'basic')} composition)",
+        file=out,
+    )
