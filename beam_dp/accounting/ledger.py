@@ -55,29 +55,29 @@ class FrozenMapping(Mapping[str, _V]):
         self._data = state
 
 
-def _bounds_mapping(value: object) -> FrozenMapping[int]:
+def _checked_items(value: object, field_name: str, described: str) -> Iterator[tuple[str, Any]]:
+    """The items of a mapping field, each key a non-empty string (TypeError if not a mapping)."""
     if not isinstance(value, Mapping):
         raise TypeError(
-            "'contribution_bounds' must be a mapping from bound name to integer; "
+            f"'{field_name}' must be a mapping from {described}; "
             f"received type {type(value).__name__}"
         )
+    for key, item in value.items():
+        check_name(key, f"{field_name} key")
+        yield key, item
+
+
+def _bounds_mapping(value: object) -> FrozenMapping[int]:
     checked: dict[str, int] = {}
-    for key, bound in value.items():
-        check_name(key, "contribution_bounds key")
+    for key, bound in _checked_items(value, "contribution_bounds", "bound name to integer"):
         check_positive_int(bound, f"contribution_bounds[{key!r}]")
         checked[key] = int(bound)
     return FrozenMapping(checked)
 
 
 def _accuracy_mapping(value: object) -> FrozenMapping[float]:
-    if not isinstance(value, Mapping):
-        raise TypeError(
-            "'accuracy' must be a mapping from name to number; "
-            f"received type {type(value).__name__}"
-        )
     checked: dict[str, float] = {}
-    for key, number in value.items():
-        check_name(key, "accuracy key")
+    for key, number in _checked_items(value, "accuracy", "name to number"):
         if key == "confidence":
             check_probability_open(number, "accuracy['confidence']")
         else:

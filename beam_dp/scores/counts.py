@@ -122,8 +122,28 @@ class DistinctUnitCount(Score):
         )
 
 
+class _OneVotePerUnit(Score):
+    """The vote scores' shared facts: each unit casts one vote and a score step is one vote."""
+
+    @property
+    def unit(self) -> Fraction:
+        """One score step is one vote: ``Fraction(1)``."""
+        return _ONE
+
+    @property
+    def contribution_bounds(self) -> Mapping[str, int]:
+        """``{"votes_per_unit": 1}``."""
+        return {"votes_per_unit": 1}
+
+
+def _vote_counts(votes: npt.ArrayLike, num_candidates: int) -> npt.NDArray[np.int64]:
+    """Votes per candidate from one candidate index per unit."""
+    indices = as_index_array(votes, "votes", num_candidates)
+    return np.bincount(indices, minlength=num_candidates).astype(np.int64)
+
+
 @dataclass(frozen=True)
-class PluralityVote(Score):
+class PluralityVote(_OneVotePerUnit):
     """Plurality vote: the number of votes for each candidate, one vote per unit (seed 003).
 
     Args:
@@ -139,16 +159,6 @@ class PluralityVote(Score):
 
     def __post_init__(self) -> None:
         check_positive_int(self.num_candidates, "num_candidates")
-
-    @property
-    def unit(self) -> Fraction:
-        """One score step is one vote: ``Fraction(1)``."""
-        return _ONE
-
-    @property
-    def contribution_bounds(self) -> Mapping[str, int]:
-        """``{"votes_per_unit": 1}``."""
-        return {"votes_per_unit": 1}
 
     def sensitivity(self, relation: Relation = "add_remove") -> Fraction:
         """1 under both relations."""
@@ -168,12 +178,11 @@ class PluralityVote(Score):
         Returns:
             int64 array of length ``num_candidates``.
         """
-        indices = as_index_array(votes, "votes", self.num_candidates)
-        return np.bincount(indices, minlength=self.num_candidates).astype(np.int64)
+        return _vote_counts(votes, self.num_candidates)
 
 
 @dataclass(frozen=True)
-class VoteMargin(Score):
+class VoteMargin(_OneVotePerUnit):
     """Two-candidate vote margin: ``q(r) = #votes(r) - #votes(other)`` (seed 003).
 
     Candidates are ``0`` and ``1``; the scores are ``(m, -m)`` with ``m = #0 - #1``.
@@ -187,16 +196,6 @@ class VoteMargin(Score):
     """
 
     num_candidates: int = field(default=2, init=False, repr=False)
-
-    @property
-    def unit(self) -> Fraction:
-        """One score step is one vote: ``Fraction(1)``."""
-        return _ONE
-
-    @property
-    def contribution_bounds(self) -> Mapping[str, int]:
-        """``{"votes_per_unit": 1}``."""
-        return {"votes_per_unit": 1}
 
     def sensitivity(self, relation: Relation = "add_remove") -> Fraction:
         """1 under ``add_remove``; 2 under ``replace``."""
@@ -216,6 +215,6 @@ class VoteMargin(Score):
         Returns:
             int64 array of length 2.
         """
-        counts = np.bincount(as_index_array(votes, "votes", 2), minlength=2).astype(np.int64)
+        counts = _vote_counts(votes, 2)
         margin = counts[0] - counts[1]
         return np.array([margin, -margin], dtype=np.int64)
