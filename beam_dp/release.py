@@ -128,6 +128,17 @@ def _ordinal(k: int) -> str:
     return f"{k}{suffix}"
 
 
+def _one_bound(
+    key: str, bound: float, unit: str, description: str, score_unit: str | None = None
+) -> AccuracyStatement:
+    """One bound ``key`` in ``unit`` (the score loss in ``score_unit``, default the same)."""
+    return AccuracyStatement(
+        bounds={key: bound},
+        units={key: unit, "score_loss": unit if score_unit is None else score_unit},
+        description=description,
+    )
+
+
 def selection_statement(
     kind: str,
     *,
@@ -163,13 +174,12 @@ def selection_statement(
         shortfall = (
             "the most frequent candidate" if k == 1 else f"the true {_ordinal(k)} most frequent"
         )
-        return AccuracyStatement(
-            bounds={"count_below_kth_best": loss},
-            units={"count_below_kth_best": who, "score_loss": who},
-            description=(
-                f"{level}, {released} was contributed by at most {_stated(loss)} fewer {who} "
-                f"than {shortfall} candidate."
-            ),
+        return _one_bound(
+            "count_below_kth_best",
+            loss,
+            who,
+            f"{level}, {released} was contributed by at most {_stated(loss)} fewer {who} "
+            f"than {shortfall} candidate.",
         )
     if kind in ("votes", "margin"):
         # A margin score counts each vote twice: q(w) - q(r) = 2 (votes(w) - votes(r)).
@@ -180,26 +190,25 @@ def selection_statement(
             if kind == "margin"
             else ""
         )
-        return AccuracyStatement(
-            bounds={"vote_shortfall": votes},
-            units={"vote_shortfall": "votes", "score_loss": "votes (the score's units)"},
-            description=(
-                f"{level}, {released} has at most {_stated(votes)} fewer votes than {winner}{tail}."
-            ),
+        return _one_bound(
+            "vote_shortfall",
+            votes,
+            "votes",
+            f"{level}, {released} has at most {_stated(votes)} fewer votes than {winner}{tail}.",
+            score_unit="votes (the score's units)",
         )
     if kind == "revenue":
         units = "currency (the prices' units), summed over the privacy units"
         best = (
             "the best price on the grid" if k == 1 else f"the {_ordinal(k)} best price on the grid"
         )
-        return AccuracyStatement(
-            bounds={"revenue_loss": loss},
-            units={"revenue_loss": units, "score_loss": units},
-            description=(
-                f"{level}, {released.replace('candidate', 'price')} earns at most "
-                f"{_stated(loss)} less revenue (price x privacy units willing to pay it, in the "
-                f"prices' currency) than {best}."
-            ),
+        return _one_bound(
+            "revenue_loss",
+            loss,
+            units,
+            f"{level}, {released.replace('candidate', 'price')} earns at most "
+            f"{_stated(loss)} less revenue (price x privacy units willing to pay it, in the "
+            f"prices' currency) than {best}.",
         )
     return AccuracyStatement(
         units={"score_loss": "the score's units"},
