@@ -13,7 +13,8 @@ A rule answers five questions (the interface): whether a mechanism's share needs
 (:meth:`~CompositionRule.conversion_delta`), what a list of costs composes to
 (:meth:`~CompositionRule.compose`), the amounts of a share given by explicit ε
 (:meth:`~CompositionRule.allocate_explicit`) and the amounts of every share of a finished plan
-(:meth:`~CompositionRule.plan`). The helpers below are the steps both rules' plans share.
+(:meth:`~CompositionRule.plan`). The checks both rules' plans make are methods of the base;
+:func:`split_by_weight` is the split of what is left.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ __all__ = [
     "COMPOSITIONS",
     "Composition",
     "CompositionRule",
-    "check_deltas",
-    "check_explicit_epsilon",
     "split_by_weight",
 ]
 
@@ -76,27 +75,25 @@ class CompositionRule(ABC):
     def plan(self, shares: list[BudgetShare]) -> dict[str, Allocation]:
         """The amounts of every share of a finished plan (ValueError if it does not fit)."""
 
+    def check_explicit_epsilon(self, shares: list[BudgetShare], what: str) -> Fraction:
+        """The exact sum of the shares' explicit ε, refused if it exceeds the total ε."""
+        asked = sum((Fraction(share.requested_epsilon or 0.0) for share in shares), Fraction(0))
+        if exceeds(asked, self.epsilon):
+            raise ValueError(
+                f"the {what} ask for epsilon={float(asked)!r} in total, more than the budget's "
+                f"epsilon={self.epsilon!r}: {describe(shares, 'epsilon')}"
+            )
+        return asked
 
-def check_explicit_epsilon(shares: list[BudgetShare], total: float, what: str) -> Fraction:
-    """The exact sum of the shares' explicit ε, refused if it exceeds ``total``."""
-    asked = sum((Fraction(share.requested_epsilon or 0.0) for share in shares), Fraction(0))
-    if exceeds(asked, total):
-        raise ValueError(
-            f"the {what} ask for epsilon={float(asked)!r} in total, more than the budget's "
-            f"epsilon={total!r}: {describe(shares, 'epsilon')}"
-        )
-    return asked
-
-
-def check_deltas(shares: list[BudgetShare], total: float) -> None:
-    """Refuse shares whose δ add up to more than the budget's ``total`` δ."""
-    with_delta = [share for share in shares if share.requested_delta > 0]
-    asked = sum((Fraction(share.requested_delta) for share in with_delta), Fraction(0))
-    if exceeds(asked, total):
-        raise ValueError(
-            f"the shares' deltas add up to {float(asked)!r}, more than the budget's "
-            f"delta={total!r}: {describe(with_delta, 'delta')}"
-        )
+    def check_deltas(self, shares: list[BudgetShare]) -> None:
+        """Refuse shares whose δ add up to more than the total δ."""
+        with_delta = [share for share in shares if share.requested_delta > 0]
+        asked = sum((Fraction(share.requested_delta) for share in with_delta), Fraction(0))
+        if exceeds(asked, self.delta):
+            raise ValueError(
+                f"the shares' deltas add up to {float(asked)!r}, more than the budget's "
+                f"delta={self.delta!r}: {describe(with_delta, 'delta')}"
+            )
 
 
 def split_by_weight(

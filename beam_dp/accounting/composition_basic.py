@@ -13,13 +13,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import ClassVar
 
-from beam_dp.accounting.composition import (
-    Composition,
-    CompositionRule,
-    check_deltas,
-    check_explicit_epsilon,
-    split_by_weight,
-)
+from beam_dp.accounting.composition import Composition, CompositionRule, split_by_weight
 from beam_dp.accounting.kinds import PrivacyKind
 from beam_dp.accounting.shares import Allocation, BudgetShare, Cost
 
@@ -50,8 +44,8 @@ class BasicComposition(CompositionRule):
     def plan(self, shares: list[BudgetShare]) -> dict[str, Allocation]:
         explicit = [share for share in shares if share.weight is None]
         weighted = [share for share in shares if share.weight is not None]
-        explicit_total = check_explicit_epsilon(explicit, self.epsilon, "explicit shares")
-        check_deltas(shares, self.delta)
+        explicit_total = self.check_explicit_epsilon(explicit, "explicit shares")
+        self.check_deltas(shares)
         allocations = {share.name: self.allocate_explicit(share, 0.0) for share in explicit}
         left = Fraction(self.epsilon) - explicit_total
         for share, epsilon in split_by_weight(weighted, left, "epsilon", explicit):

@@ -20,13 +20,7 @@ from fractions import Fraction
 from typing import ClassVar
 
 from beam_dp._rational import float_at_least, float_at_most
-from beam_dp.accounting.composition import (
-    Composition,
-    CompositionRule,
-    check_deltas,
-    check_explicit_epsilon,
-    split_by_weight,
-)
+from beam_dp.accounting.composition import Composition, CompositionRule, split_by_weight
 from beam_dp.accounting.kinds import ZCDP_RATE, PrivacyKind
 from beam_dp.accounting.shares import Allocation, BudgetShare, Cost, describe, exceeds
 from beam_dp.accounting.zcdp import (
@@ -114,8 +108,8 @@ class ZcdpComposition(CompositionRule):
     def plan(self, shares: list[BudgetShare]) -> dict[str, Allocation]:
         approximate = [share for share in shares if share.kind == "approximate"]
         zcdp_shares = [share for share in shares if share.kind != "approximate"]
-        approximate_epsilon = check_explicit_epsilon(approximate, self.epsilon, "(ε, δ)-DP shares")
-        check_deltas(shares, self.delta)
+        approximate_epsilon = self.check_explicit_epsilon(approximate, "(ε, δ)-DP shares")
+        self.check_deltas(shares)
         allocations = {share.name: self.allocate_explicit(share, 0.0) for share in approximate}
         if not zcdp_shares:
             return allocations
