@@ -631,3 +631,23 @@ def test_mean_follows_the_exact_distribution(relation: str) -> None:
     counts = draws(lambda: select_mean(summary, plan).index, 9, 4000)
 
     assert chi_square_pvalue(counts, expected) > FPR
+
+
+def test_plans_refuse_an_unknown_option_before_anything_runs() -> None:
+    # The options shared by every plan are declared once (PlanOptions); a typo is an error.
+    grid = Grid.uniform(0.0, 1.0, 11)
+    for call in (
+        lambda: plan_quantiles([0.5], epsilon=1.0, num_candidates=11, max_contribution=2),
+        lambda: plan_cells([0.5], epsilon=1.0, num_cells=10, relations="replace"),
+        lambda: plan_mean(grid, epsilon=1.0, methods="exponential"),
+    ):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            call()
+    plan = plan_quantiles(
+        [0.5], epsilon=1.0, num_candidates=11, relation="replace", max_contributions=2
+    )
+    assert (plan.relation, plan.max_contributions, plan.method) == (
+        "replace",
+        2,
+        "permute_and_flip",
+    )

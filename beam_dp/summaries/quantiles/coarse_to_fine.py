@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,7 @@ from beam_dp.mechanisms import Method, as_random_source
 from beam_dp.summaries.histogram import MAX_GRID_POINTS, Grid, less_greater
 from beam_dp.summaries.quantiles.parameters import (
     HistogramLike,
+    PlanOptions,
     RngLike,
     check_release,
     dense_counts,
@@ -87,10 +89,8 @@ def plan_cells(
     *,
     epsilon: float | Fraction,
     num_cells: int,
-    relation: str = "add_remove",
-    max_contributions: int = 1,
-    method: str = "permute_and_flip",
     failure_probability: float = 0.025,
+    **options: Unpack[PlanOptions],
 ) -> CellPlan:
     """Lay out the coarse pass: which cell of a coarse grid holds each quantile.
 
@@ -105,16 +105,16 @@ def plan_cells(
         replaced (``N`` fixed) by at most 1. So the sensitivity is that of the point utility
         (:func:`~.utility.point_sensitivity`, times ``max_contributions``), and the utility
         guarantee bounds the chosen cell's rank distance by ``l`` directly (``OPT = 0``).
+
+    ``options`` are ``relation``, ``max_contributions`` and ``method``
+    (:class:`~.parameters.PlanOptions`).
     """
     parsed = parse_quantiles(quantiles)
     check_positive_int(num_cells, "num_cells")
-    eps, rel, chosen_method = check_release(
-        epsilon=epsilon, relation=relation, max_contributions=max_contributions, method=method
-    )
+    eps, rel, k, chosen_method = check_release(epsilon, options)
     check_probability_open(failure_probability, "failure_probability")
     distinct = tuple(sorted(set(parsed)))
     per = eps / len(distinct)
-    k = int(max_contributions)
     sensitivities = tuple(point_sensitivity(alpha, rel, k) for alpha in distinct)
     confidence = 1.0 - float(failure_probability) / len(distinct)
     losses = tuple(selection_loss(num_cells, per, delta, confidence) for delta in sensitivities)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +36,7 @@ from beam_dp.mechanisms import Method, as_random_source
 from beam_dp.scores import MeanScore
 from beam_dp.summaries.histogram import ExactSum, Grid
 from beam_dp.summaries.quantiles.parameters import (
+    PlanOptions,
     RngLike,
     check_release,
     private_choice,
@@ -71,31 +73,27 @@ def plan_mean(
     grid: Grid,
     *,
     epsilon: float | Fraction,
-    relation: str = "add_remove",
     n: int | None = None,
-    max_contributions: int = 1,
     max_partitions: int = 1,
-    method: str = "permute_and_flip",
     confidence: float = 0.95,
+    **options: Unpack[PlanOptions],
 ) -> MeanPlan:
     """Validate the parameters of a private mean over ``grid`` (see the module docstring).
 
     Args:
         n: the public number of values; required with ``relation="replace"`` and refused
             with ``"add_remove"`` (where the number of values is private).
+        max_partitions: keys one unit may contribute to (sensitivity times it).
+        confidence: the probability with which ``score_loss`` holds.
+        **options: ``relation``, ``max_contributions`` and ``method``
+            (:class:`~.parameters.PlanOptions`).
     """
     if not isinstance(grid, Grid):
         raise TypeError(f"'grid' must be a Grid; received type {type(grid).__name__}")
-    eps, rel, chosen_method = check_release(
-        epsilon=epsilon,
-        relation=relation,
-        max_contributions=max_contributions,
-        method=method,
-        max_partitions=max_partitions,
-    )
+    eps, rel, k_values, chosen_method = check_release(epsilon, options, max_partitions)
     check_probability_open(confidence, "confidence")
     width = Fraction(grid.upper) - Fraction(grid.lower)
-    k = int(max_contributions) * int(max_partitions)
+    k = k_values * int(max_partitions)
     if rel == "replace":
         if n is None:
             raise ValueError(
@@ -115,7 +113,7 @@ def plan_mean(
         epsilon=eps,
         relation=rel,
         n=None if n is None else int(n),
-        max_contributions=int(max_contributions),
+        max_contributions=k_values,
         max_partitions=int(max_partitions),
         method=chosen_method,
         confidence=float(confidence),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 from numbers import Real
-from typing import Literal
+from typing import Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "MAX_QUANTILE_DENOMINATOR",
     "SPLITS",
+    "PlanOptions",
     "Split",
     "check_release",
     "check_split",
@@ -119,25 +120,51 @@ def parse_quantiles(quantiles: object) -> tuple[Fraction, ...]:
     return tuple(_quantile_fraction(q, f"quantiles[{i}]") for i, q in enumerate(items))
 
 
-def check_release(
-    *,
-    epsilon: object,
-    relation: str,
-    max_contributions: int,
-    method: str,
-    max_partitions: int = 1,
-) -> tuple[Fraction, Relation, Method]:
-    """The checks every quantile and mean plan makes: ``(epsilon, relation, method)``.
+class PlanOptions(TypedDict, total=False):
+    """The options every quantile and mean plan takes, declared once.
 
-    ``epsilon`` comes back as the exact rational the float denotes; ``max_contributions`` and
-    ``max_partitions`` must be integers >= 1; the method name goes through
-    :func:`beam_dp.mechanisms.selection.check_method` (the one rule for method names).
+    Keys:
+        relation: ``"add_remove"`` (default) or ``"replace"``.
+        max_contributions: values per privacy unit ``k`` (enforced upstream; default 1).
+        method: ``"permute_and_flip"`` (default) or ``"exponential"``.
+
+    A plan's own signature lists only what is specific to it; ``**options:
+    Unpack[PlanOptions]`` keeps every keyword visible to editors and mypy, and
+    :func:`check_release` refuses any other keyword at run time (fail closed).
     """
+
+    relation: str
+    max_contributions: int
+    method: str
+
+
+_OPTION_NAMES = frozenset(PlanOptions.__optional_keys__)
+
+
+def check_release(
+    epsilon: object, options: PlanOptions, max_partitions: int = 1
+) -> tuple[Fraction, Relation, int, Method]:
+    """The checks every quantile and mean plan makes: ``(epsilon, relation, k, method)``.
+
+    ``epsilon`` comes back as the exact rational the float denotes; ``max_contributions``
+    (``k``) and ``max_partitions`` must be integers >= 1; the method name goes through
+    :func:`beam_dp.mechanisms.selection.check_method` (the one rule for method names).
+
+    Raises:
+        TypeError: for a keyword that is not a :class:`PlanOptions` key.
+    """
+    unknown = sorted(set(options) - _OPTION_NAMES)
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument {unknown[0]!r}; the options every plan takes are "
+            f"{sorted(_OPTION_NAMES)}"
+        )
     eps = positive_fraction(epsilon, "epsilon")
-    rel = check_relation(relation)
-    check_positive_int(max_contributions, "max_contributions")
+    rel = check_relation(options.get("relation", "add_remove"))
+    k = options.get("max_contributions", 1)
+    check_positive_int(k, "max_contributions")
     check_positive_int(max_partitions, "max_partitions")
-    return eps, rel, check_method(method)
+    return eps, rel, int(k), check_method(options.get("method", "permute_and_flip"))
 
 
 def selection_loss(

@@ -22,11 +22,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Unpack
 
 from beam_dp._validation import Relation, check_positive_int, check_probability_open
 from beam_dp.mechanisms import Method
 from beam_dp.summaries.quantiles.parameters import (
     DEFAULT_SPLIT,
+    PlanOptions,
     Split,
     bounded,
     check_release,
@@ -192,13 +194,11 @@ def plan_quantiles(
     *,
     epsilon: float | Fraction,
     num_candidates: int,
-    relation: str = "add_remove",
-    max_contributions: int = 1,
     max_partitions: int = 1,
-    method: str = "permute_and_flip",
     split: str = DEFAULT_SPLIT,
     confidence: float = 0.95,
     failure_probability: float | None = None,
+    **options: Unpack[PlanOptions],
 ) -> QuantilePlan:
     """Validate the parameters of a quantile release and lay out its selections.
 
@@ -206,28 +206,21 @@ def plan_quantiles(
         quantiles: the quantiles, each strictly between 0 and 1.
         epsilon: total epsilon of the release (> 0, finite).
         num_candidates: grid size ``d`` (a public upper bound on every selection's candidates).
-        relation: ``"add_remove"`` or ``"replace"``.
-        max_contributions: values per privacy unit ``k`` (enforced upstream).
         max_partitions: keys (partitions) one unit may contribute to; sensitivities are
             multiplied by it so that all keys together spend ``epsilon``.
-        method: ``"permute_and_flip"`` or ``"exponential"``.
         split: ``"auto"`` (recursive when that composes fewer rounds, i.e. m >= 3; else
             independent), ``"recursive"`` or ``"independent"``. The plan records the split used.
         confidence: the probability with which all the rank-error bounds hold together.
         failure_probability: overrides ``1 - confidence`` (for two-pass plans).
+        **options: ``relation``, ``max_contributions`` (``k``) and ``method``
+            (:class:`~.parameters.PlanOptions`).
 
     Raises:
         ValueError / TypeError: naming the bad parameter.
     """
     parsed = parse_quantiles(quantiles)
     check_positive_int(num_candidates, "num_candidates")
-    eps, rel, chosen_method = check_release(
-        epsilon=epsilon,
-        relation=relation,
-        max_contributions=max_contributions,
-        method=method,
-        max_partitions=max_partitions,
-    )
+    eps, rel, k_values, chosen_method = check_release(epsilon, options, max_partitions)
     chosen_split = check_split(split)
     check_probability_open(confidence, "confidence")
     beta = 1.0 - float(confidence) if failure_probability is None else float(failure_probability)
@@ -236,7 +229,7 @@ def plan_quantiles(
     m = len(distinct)
     if chosen_split == "auto":
         chosen_split = "recursive" if recursion_levels(m) < m else "independent"
-    k = Fraction(int(max_contributions) * int(max_partitions))
+    k = Fraction(k_values * int(max_partitions))
     layout = _Layout(distinct, rel, k, int(num_candidates), 1.0 - beta / m)
     if chosen_split == "independent":
         layout.independent(eps)
@@ -253,7 +246,7 @@ def plan_quantiles(
         relation=rel,
         epsilon=eps,
         method=chosen_method,
-        max_contributions=int(max_contributions),
+        max_contributions=k_values,
         max_partitions=int(max_partitions),
         num_candidates=int(num_candidates),
         confidence=float(confidence),
