@@ -41,6 +41,7 @@ setup(
         "numpy>=1.26",
         "pyarrow>=14",
         "fastavro>=1.9",
+        "polars>=1.0",
     ],
     extras_require={
         "postgresql": POSTGRESQL_REQUIRES,

@@ -57,6 +57,7 @@ a decimal becomes null. So no record's identity depends on the other records of 
 from __future__ import annotations
 
 import decimal
+import io
 import json
 import logging
 import os
@@ -75,8 +76,16 @@ from beam_dp import telemetry
 from beam_dp.batching.columns import OnBadRecord
 from beam_dp.batching.hashing import canonical_id_text
 from beam_dp.errors import BadRecordError
+from beam_dp.io.avro import (
+    FAILED,
+    AvroHeader,
+    decode_blocks,
+    iter_blocks,
+    native_reader_supports,
+    read_header,
+)
 
-__all__ = ["FORMATS", "ReadExport", "detect_format"]
+__all__ = ["FORMATS", "ReadExport", "avro_ranges", "detect_format"]
 
 FORMATS = ("avro", "parquet", "csv", "jsonl")
 _SUFFIXES = {
@@ -94,6 +103,10 @@ _LOG = logging.getLogger(__name__)
 _NAMESPACE = "beam_dp"
 _CSV_HEADER_BLOCK = 1 << 16
 _CSV_BLOCK = 1 << 22
+_PARQUET_BATCH_ROWS = 1 << 20  # Parquet's usual row group: one batch per group
+_ROW_BATCH_ROWS = 65_536  # formats decoded record by record in Python
+_AVRO_SPLIT_BYTES = 64 << 20
+_WHOLE_FILE = 1 << 62  # a range end past any file's last block
 
 
 def detect_format(file_pattern: str) -> str:
@@ -335,7 +348,7 @@ class _ReadFileFn(beam.DoFn):
         elif self._format == "csv":
             yield from self._csv(path, handle, state)
         elif self._format == "avro":
-            yield from _chunked_rows(self._avro_rows(path, handle, state), *self._chunking)
+            yield from self._avro(path, handle, state)
         elif self._format == "jsonl":
             yield from _chunked_rows(self._jsonl_rows(path, handle, state), *self._chunking)
         else:  # pragma: no cover - validated at construction
@@ -412,6 +425,65 @@ class _ReadFileFn(beam.DoFn):
                 return
             yield batch
 
+    def _avro(
+        self, path: str, handle: Any, state: _FileState, start: int = 0, end: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The blocks of ``path`` that begin in ``[start, end)``, decoded natively if it can.
+
+        A file the native reader cannot decode (its codec, a map or a union other than
+        ``[null, T]`` anywhere in its schema) is read whole with fastavro by the range that
+        starts the file, with one log line naming the file (never a value).
+        """
+        header = _call(read_header, handle)
+        if header is _FAILED or header is None:
+            if start == 0:
+                state.fail()
+            return
+        _check_columns(path, header.field_names(), self._columns)
+        if not native_reader_supports(header):
+            if start == 0:
+                _LOG.info(
+                    "%s: read with fastavro (the native Avro reader does not decode its codec "
+                    "%r or a type in its schema)",
+                    path,
+                    header.codec,
+                )
+                if _call(handle.seek, 0) is _FAILED:
+                    state.fail()
+                    return
+                yield from _chunked_rows(self._avro_rows(path, handle, state), *self._chunking)
+            return
+        pending: list[bytes] = []
+        count = 0
+        for block in iter_blocks(handle, header, start, end):
+            if block is FAILED:
+                yield from self._avro_decode(path, header, pending, state)
+                state.fail()
+                return
+            pending.append(block[1])
+            count += block[0]
+            if count >= self._batch_rows:
+                yield from self._avro_decode(path, header, pending, state)
+                if state.failed:
+                    return
+                pending, count = [], 0
+        if pending:
+            yield from self._avro_decode(path, header, pending, state)
+
+    def _avro_decode(
+        self, path: str, header: AvroHeader, blocks: list[bytes], state: _FileState
+    ) -> Iterator[pa.RecordBatch]:
+        """Decode a run of blocks natively; if that fails, with fastavro up to the failure."""
+        if not blocks:
+            return
+        table = decode_blocks(header, blocks, self._columns)
+        if table is not FAILED:
+            yield from table.to_batches(max_chunksize=self._batch_rows)
+            return
+        # keep the records decoded before the failure, as the fastavro path does
+        run = io.BytesIO(b"".join([header.raw, *blocks]))
+        yield from _chunked_rows(self._avro_rows(path, run, state), *self._chunking)
+
     def _avro_rows(self, path: str, handle: Any, state: _FileState) -> Iterator[dict[str, Any]]:
         import fastavro
 
@@ -482,7 +554,17 @@ class _ReadFileFn(beam.DoFn):
                 continue
             yield value
 
-    def process(self, readable: fileio.ReadableFile) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def process(
+        self, element: fileio.ReadableFile | tuple[Any, int, int]
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Read a whole file, or (Avro) the blocks beginning in a ``(metadata, start, end)``
+        byte range of one."""
+        start, end = 0, None
+        if isinstance(element, tuple):
+            metadata, start, end = element
+            readable = fileio.ReadableFile(metadata)
+        else:
+            readable = element
         path = readable.metadata.path
         state = _FileState()
         handle = _call(readable.open)
@@ -491,7 +573,11 @@ class _ReadFileFn(beam.DoFn):
         else:
             unexpected = False
             try:
-                for batch in self._batches(path, handle, state):
+                if isinstance(element, tuple):
+                    batches = self._avro(path, handle, state, start, end)
+                else:
+                    batches = self._batches(path, handle, state)
+                for batch in batches:
                     if batch.num_rows:
                         yield path, batch
             except BadRecordError:
@@ -529,6 +615,20 @@ class _ReadFileFn(beam.DoFn):
             )
 
 
+def avro_ranges(metadata: Any, split_bytes: int) -> Iterator[tuple[Any, int, int]]:
+    """``(metadata, start, end)`` byte ranges of about ``split_bytes`` covering one file.
+
+    Each range reads the Avro blocks that begin inside it; a compressed file (``.gz``...) is
+    one range, as it cannot be read from the middle.
+    """
+    size = int(getattr(metadata, "size_in_bytes", 0) or 0)
+    if size <= split_bytes or metadata.path.lower().endswith(_COMPRESSION):
+        yield metadata, 0, _WHOLE_FILE
+        return
+    for start in range(0, size, split_bytes):
+        yield metadata, start, min(start + split_bytes, size)
+
+
 class ReadExport(beam.PTransform):
     """Read an export (a file pattern) as ``(file name, RecordBatch)`` pairs.
 
@@ -538,7 +638,11 @@ class ReadExport(beam.PTransform):
         file_pattern: a glob over the export's files (local or any Beam filesystem).
         input_format: ``avro``, ``parquet``, ``csv`` or ``jsonl``; from the suffix if None.
         columns: the fields to read (the others are never decoded into batches).
-        batch_rows: rows per batch (at most) for Parquet, Avro and JSON lines.
+        batch_rows: rows per batch (at most) for Parquet, Avro and JSON lines; by default a
+            Parquet row group (up to 2^20 rows) and 65,536 rows for the other formats (fewer,
+            larger batches cost less in Beam's data plane and in the shuffle).
+        avro_split_bytes: Avro files larger than this are read in byte ranges of this size
+            by different workers, split at block (sync marker) boundaries.
         on_bad_record: ``fail`` or ``skip`` a bad record or an undecodable file.
         unit_column: the privacy-unit field, if any (read even if not in ``columns``). In an
             Avro or JSON-lines batch that mixes types, its values become their canonical
@@ -556,9 +660,10 @@ class ReadExport(beam.PTransform):
         *,
         columns: Sequence[str],
         input_format: str | None = None,
-        batch_rows: int = 65_536,
+        batch_rows: int | None = None,
         on_bad_record: OnBadRecord = "fail",
         unit_column: str | None = None,
+        avro_split_bytes: int = _AVRO_SPLIT_BYTES,
     ):
         super().__init__()
         fmt = input_format if input_format is not None else detect_format(file_pattern)
@@ -570,8 +675,19 @@ class ReadExport(beam.PTransform):
             )
         if not columns:
             raise ValueError("'columns' must name at least one field to read")
+        if batch_rows is None:
+            batch_rows = _PARQUET_BATCH_ROWS if fmt == "parquet" else _ROW_BATCH_ROWS
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ValueError(f"'batch_rows' must be an integer >= 1; received {batch_rows!r}")
+        if (
+            isinstance(avro_split_bytes, bool)
+            or not isinstance(avro_split_bytes, int)
+            or avro_split_bytes < 1
+        ):
+            raise ValueError(
+                f"'avro_split_bytes' must be an integer >= 1; received {avro_split_bytes!r}"
+            )
+        self._split_bytes = avro_split_bytes
         # Beam's local filesystem matches absolute paths only; remote patterns have a scheme.
         if "://" not in file_pattern and not os.path.isabs(file_pattern):
             file_pattern = os.path.abspath(file_pattern)
@@ -593,12 +709,19 @@ class ReadExport(beam.PTransform):
         )
 
     def expand(self, pbegin: PBegin) -> PCollection:
-        return (
-            pbegin
-            | "MatchFiles"
-            >> fileio.MatchFiles(
-                self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
+        files = pbegin | "MatchFiles" >> fileio.MatchFiles(
+            self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
+        )
+        if self._format == "avro":
+            return (
+                files
+                | "SplitAvro" >> beam.FlatMap(avro_ranges, self._split_bytes)
+                # spread the ranges over workers (matching runs on one)
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "Decode" >> beam.ParDo(self._read_fn)
             )
+        return (
+            files
             # spread the files over workers (matching runs on one)
             | "SpreadFiles" >> beam.Reshuffle()
             | "ReadMatches" >> fileio.ReadMatches()
