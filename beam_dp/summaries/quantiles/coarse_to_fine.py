@@ -24,11 +24,12 @@ from typing import Unpack
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp._validation import Relation, check_positive_int, check_probability_open
-from beam_dp.mechanisms import Method, as_random_source
+from beam_dp._validation import check_positive_int, check_probability_open
+from beam_dp.mechanisms import as_random_source
 from beam_dp.summaries.histogram import MAX_GRID_POINTS, Grid, less_greater
 from beam_dp.summaries.quantiles.parameters import (
     HistogramLike,
+    PlanBase,
     PlanOptions,
     RngLike,
     check_release,
@@ -57,19 +58,13 @@ IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
-class CellPlan:
+class CellPlan(PlanBase):
     """The coarse pass of the coarse-to-fine option: one cell per quantile (public).
 
     Candidates are the ``d - 1`` cells ``[r_j, r_{j+1}]`` of the coarse grid; each distinct
     quantile gets an independent selection at ``epsilon / m``. See :func:`plan_cells`.
     """
 
-    quantiles: tuple[Fraction, ...]
-    distinct: tuple[Fraction, ...]
-    relation: Relation
-    epsilon: Fraction
-    method: Method
-    max_contributions: int
     num_cells: int
     sensitivities: tuple[Fraction, ...]
     loss_bounds: tuple[float, ...]

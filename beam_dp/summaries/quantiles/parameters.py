@@ -10,6 +10,7 @@ reads data.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
 from typing import Literal, TypedDict
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_SPLIT",
     "MAX_QUANTILE_DENOMINATOR",
     "SPLITS",
+    "PlanBase",
     "PlanOptions",
     "Split",
     "check_release",
@@ -60,6 +62,27 @@ MAX_QUANTILE_DENOMINATOR = 1 << 20
 IntArray = npt.NDArray[np.int64]
 HistogramLike = GridHistogram | npt.ArrayLike
 RngLike = RandomSource | np.random.Generator | None
+
+
+@dataclass(frozen=True)
+class PlanBase:
+    """What every quantile plan records: the quantiles asked for and the checked options.
+
+    Attributes:
+        quantiles: the requested quantiles, in request order (exact fractions).
+        distinct: the distinct quantiles, sorted (one selection or cell each).
+        relation: the neighbouring relation the plan is private under.
+        epsilon: epsilon of the whole plan.
+        method: the selection method.
+        max_contributions: values per privacy unit ``k``.
+    """
+
+    quantiles: tuple[Fraction, ...]
+    distinct: tuple[Fraction, ...]
+    relation: Relation
+    epsilon: Fraction
+    method: Method
+    max_contributions: int
 
 
 def check_split(split: str) -> Split:

@@ -25,9 +25,9 @@ from fractions import Fraction
 from typing import Unpack
 
 from beam_dp._validation import Relation, check_positive_int, check_probability_open
-from beam_dp.mechanisms import Method
 from beam_dp.summaries.quantiles.parameters import (
     DEFAULT_SPLIT,
+    PlanBase,
     PlanOptions,
     Split,
     bounded,
@@ -71,20 +71,14 @@ class QuantileNode:
 
 
 @dataclass(frozen=True)
-class QuantilePlan:
+class QuantilePlan(PlanBase):
     """Everything about a quantile release that is fixed before any data is read.
 
     Build with :func:`plan_quantiles`. Holds the selections to run, their epsilons and
-    sensitivities, and the public accuracy bounds.
+    sensitivities, and the public accuracy bounds (the shared fields: :class:`PlanBase`).
     """
 
-    quantiles: tuple[Fraction, ...]
-    distinct: tuple[Fraction, ...]
     split: Split
-    relation: Relation
-    epsilon: Fraction
-    method: Method
-    max_contributions: int
     max_partitions: int
     num_candidates: int
     confidence: float
