@@ -24,7 +24,7 @@ State machine of a run (one row per reservation)::
   It charges the larger of the reservation and what the ledger entries spent.
 - ``committed`` is final: an overwrite of a run's output location is a new run, recorded
   with the ids of the runs it overwrote; their spend stays spent.
-- Runs are charged to the renewal period in which they reserved (:mod:`periods`).
+- Runs are charged to the renewal period in which they reserved (:mod:`beam_dp.ledger.periods`).
 
 Remaining budget = the period's allowance − committed − (reserved + abandoned), exactly.
 
@@ -127,34 +127,30 @@ class Reservation:
         """
         listed = list(entries)
         return self._with_ledger(
-            lambda ledger: commit(
-                ledger._tables, ledger._now(), self._run_id, listed, output_location, overwrite
+            lambda tables, now: commit(
+                tables, now, self._run_id, listed, output_location, overwrite
             )
         )
 
     def release(self) -> None:
         """Give the reservation back: only for a run that failed before any release could
         escape (nothing was written). No-op if it was already returned or released."""
-        self._with_ledger(
-            lambda ledger: close(ledger._tables, ledger._now(), self._run_id, "returned", "")
-        )
+        self._with_ledger(lambda tables, now: close(tables, now, self._run_id, "returned", ""))
 
     def abandon(self, reason: str) -> None:
         """Mark a failed run whose outputs may have escaped: it stays charged."""
-        self._with_ledger(
-            lambda ledger: close(ledger._tables, ledger._now(), self._run_id, "abandoned", reason)
-        )
+        self._with_ledger(lambda tables, now: close(tables, now, self._run_id, "abandoned", reason))
 
-    def _with_ledger(self, action: Callable[[Ledger], _T]) -> _T:
+    def _with_ledger(self, action: Callable[[Tables, datetime], _T]) -> _T:
         """Run ``action`` on the reserving connection, or on a fresh one if it was closed.
 
         A job may close its ledger while its pipeline runs (hours, for a large export): the
         commit then opens a new, short connection instead of relying on an idle one.
         """
         if not self._ledger.closed:
-            return action(self._ledger)
+            return action(self._ledger._tables, self._ledger._now())
         with self._ledger.reopen() as ledger:
-            return action(ledger)
+            return action(ledger._tables, ledger._now())
 
     def describe(self) -> dict[str, Any]:
         """Public facts for the ``budget`` section of ``release.json`` (URL redacted)."""
