@@ -12,10 +12,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from hypothesis import settings
 
 # CI runs the same examples every time (a failure there is reproducible); locally Hypothesis
-# explores new examples on every run.
+# explores new examples on every run. The key properties run with fresh random examples under
+# every profile (tests/property_settings.py: fresh_examples), so that a counterexample outside
+# the derandomized ones cannot hide; HYPOTHESIS_PROFILE=fresh runs every property that way.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+settings.register_profile("fresh", derandomize=False, database=None, deadline=None, print_blob=True)
+_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else None)
+if _PROFILE:
+    settings.load_profile(_PROFILE)
 
 
 @pytest.fixture(scope="module")

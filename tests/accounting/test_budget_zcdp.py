@@ -9,8 +9,9 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 import beam_dp.accounting.budget
 from beam_dp.accounting import (
@@ -259,9 +260,9 @@ _TOO_SMALL = re.compile(
 )
 
 
-# derandomize=False even under the CI profile: a property run with fresh examples on every run,
-# so that a counterexample (like the Gaussian refusal above, once missed) cannot hide.
-@settings(max_examples=25, deadline=None, derandomize=False, database=None)
+# Fresh examples on every run even under the CI profile (tests/property_settings.py), so that a
+# counterexample (like the Gaussian refusal above, once missed by derandomized runs) cannot hide.
+@fresh_examples(25)
 @given(
     st.floats(min_value=0.05, max_value=10.0),
     st.floats(min_value=1e-12, max_value=1e-3),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 from beam_dp.accounting import (
     approx_dp_epsilon_for_em_rounds,
@@ -75,7 +76,7 @@ def test_rates_reject_bad_epsilon(value: float) -> None:
         pure_rho(value)
 
 
-@settings(max_examples=200)
+@fresh_examples(200)
 @given(rhos, deltas)
 def test_tight_conversion_between_lower_and_simple_bounds(rho: float, delta: float) -> None:
     tight = zcdp_to_approx_dp(rho, delta)
@@ -148,7 +149,7 @@ def test_conversion_rejects_bad_rho_and_delta(value: float) -> None:
         zcdp_to_approx_dp(0.1, value)
 
 
-@settings(max_examples=50, deadline=None)
+@fresh_examples(50)
 @given(st.floats(min_value=1e-3, max_value=50.0), st.floats(min_value=1e-12, max_value=0.1))
 def test_inverse_conversion_is_largest_fitting_rho(epsilon: float, delta: float) -> None:
     rho = approx_dp_to_zcdp(epsilon, delta)

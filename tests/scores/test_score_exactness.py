@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 from beam_dp.scores import DistinctUnitCount, MeanScore, PluralityVote, QuantileScore, Revenue
 from beam_dp.scores._exact import exact_float_sum, float_at_least, float_at_most
@@ -25,6 +26,7 @@ def _decimal(x: float) -> Fraction:
 # --- exact helpers ---------------------------------------------------------------------------
 
 
+@fresh_examples(100)
 @given(st.lists(finite_floats, max_size=40))
 def test_exact_float_sum_matches_fractions(values: list[float]) -> None:
     assert exact_float_sum(np.array(values, dtype=np.float64)) == sum(map(Fraction, values))
@@ -40,6 +42,7 @@ def test_exact_float_sum_extremes() -> None:
     assert exact_float_sum(many) == Fraction(1 - Fraction(1, 2**53)) * 200_000
 
 
+@fresh_examples(100)
 @given(st.fractions(min_value=-(10**300), max_value=10**300))
 def test_float_thresholds_are_exact(value: Fraction) -> None:
     at_least = float_at_least(value)

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 from beam_dp.errors import BadRecordError
 from beam_dp.scores import Revenue
@@ -46,7 +47,7 @@ def test_candidate_counts_rejects_positions_out_of_range_without_echoing_them(
 
 
 @given(shards=st.lists(positions, min_size=1, max_size=6))
-@settings(max_examples=100, deadline=None)
+@fresh_examples(100)
 def test_sharded_counts_merge_to_the_one_pass_counts(shards: list[list[int]]) -> None:
     accumulators = [candidate_counts(np.array(shard, dtype=np.int64), D) for shard in shards]
     snapshots = [acc.copy() for acc in accumulators[1:]]
@@ -60,7 +61,7 @@ def test_sharded_counts_merge_to_the_one_pass_counts(shards: list[list[int]]) ->
 
 
 @given(a=positions, b=positions, c=positions)
-@settings(max_examples=50, deadline=None)
+@fresh_examples(50)
 def test_merge_is_associative_and_commutative(a: list[int], b: list[int], c: list[int]) -> None:
     def counts(xs: list[int]) -> np.ndarray:
         return candidate_counts(np.array(xs, dtype=np.int64), D)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 from beam_dp.scores import QuantileScore
 from beam_dp.summaries.histogram import (
@@ -294,7 +295,7 @@ def test_histograms_pickle_in_both_forms() -> None:
 slot_lists = st.lists(st.integers(0, 40), max_size=30)
 
 
-@settings(max_examples=80, deadline=None)
+@fresh_examples(80)
 @given(a=slot_lists, b=slot_lists, c=slot_lists, dense=st.tuples(st.booleans(), st.booleans()))
 def test_merge_is_associative_and_commutative(
     a: list[int], b: list[int], c: list[int], dense: tuple[bool, bool]
@@ -314,7 +315,7 @@ def test_merge_is_associative_and_commutative(
     assert swapped == make(a + b, False)
 
 
-@settings(max_examples=40, deadline=None)
+@fresh_examples(40)
 @given(
     values=st.lists(st.one_of(st.floats(-5, 25), st.just(math.nan)), max_size=300),
     cuts=st.lists(st.integers(0, 300), max_size=6),

@@ -8,8 +8,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from property_settings import fresh_examples
 
 from beam_dp.scores import MeanScore
 from beam_dp.scores._exact import finite_values
@@ -34,7 +35,7 @@ def test_exact_sum_is_exact_and_applies_the_input_rule() -> None:
     assert summary.count == 7
 
 
-@settings(max_examples=50, deadline=None)
+@fresh_examples(50)
 @given(
     values=st.lists(
         st.one_of(
@@ -58,7 +59,7 @@ def test_exact_sum_merges_exactly(values: list[float], cut: int) -> None:
     assert pickle.loads(pickle.dumps(one)) == one
 
 
-@settings(max_examples=60, deadline=None)
+@fresh_examples(60)
 @given(
     values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), max_size=40),
     bounds=st.sampled_from([(-1.0, 1.0), (0.0, 1e6), (-1e300, 1e300), (0.1, 0.7)]),
