@@ -125,6 +125,7 @@ class Timing:
     """Whole-process runs of one command."""
 
     seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # user + system seconds, with children
     peak_rss: list[int] = field(default_factory=list)  # bytes
     failed: str = ""
 
@@ -133,12 +134,17 @@ class Timing:
         return statistics.median(self.seconds) if self.seconds else math.nan
 
     @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu) if self.cpu else math.nan
+
+    @property
     def rss(self) -> float:
         return statistics.median(self.peak_rss) if self.peak_rss else math.nan
 
 
-def run_process(command: Sequence[str], cwd: Path, timeout: float) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS (bytes, process and waited-for children) and exit status."""
+def run_process(command: Sequence[str], cwd: Path, timeout: float) -> tuple[float, float, int, int]:
+    """Wall seconds, CPU seconds and peak RSS (bytes) of the process and its waited-for
+    children, and its exit status."""
     env = {**os.environ, "PYTHONPATH": str(cwd)}
     start = time.perf_counter()
     process = subprocess.Popen(
@@ -161,17 +167,19 @@ def run_process(command: Sequence[str], cwd: Path, timeout: float) -> tuple[floa
         print(f"  ! {' '.join(command[:4])}... exited {process.returncode}: {tail}", flush=True)
     if process.stderr is not None:
         process.stderr.close()
-    return seconds, int(usage.ru_maxrss) * 1024, process.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    return seconds, cpu, int(usage.ru_maxrss) * 1024, process.returncode
 
 
 def measure(command: Sequence[str], cwd: Path, repeats: int, timeout: float) -> Timing:
     timing = Timing()
     for _ in range(repeats):
-        seconds, rss, code = run_process(command, cwd, timeout)
+        seconds, cpu, rss, code = run_process(command, cwd, timeout)
         if code:
             timing.failed = f"exit {code}"
             return timing
         timing.seconds.append(seconds)
+        timing.cpu.append(cpu)
         timing.peak_rss.append(rss)
     return timing
 
@@ -257,6 +265,74 @@ with beam.Pipeline(runner=FnApiRunner()) as pipeline:
 """
 
 
+_AVRO_NATIVE = """
+import sys
+import numpy as np, polars as pl
+path = sys.argv[1]
+values = np.clip(pl.read_avro(path, columns=["value"]).to_series().to_numpy(), {lower}, {upper})
+scale = ({points} - 1) / ({upper} - {lower})
+counts = np.bincount(((values - {lower}) * scale).astype(np.int64), minlength={points})
+int(np.searchsorted(np.cumsum(counts), counts.sum() / 2))
+"""
+
+
+def make_avro(directory: Path, rows: int, codec: str = "deflate") -> Path:
+    """The first ``rows`` rows of the Parquet data as one Avro file (BigQuery-like unions)."""
+    import fastavro
+    import pyarrow.parquet as pq
+
+    path = directory / f"jobs_{rows}_{codec}.avro"
+    if path.exists():
+        return path
+    source, _ = make_data(directory, rows)
+    schema = {
+        "type": "record",
+        "name": "Row",
+        "fields": [
+            {"name": "user_id", "type": ["null", "long"]},
+            {"name": "value", "type": ["null", "double"]},
+            {"name": "site", "type": ["null", "string"]},
+        ],
+    }
+    partial = path.with_suffix(".partial")
+    with partial.open("wb") as handle:
+        records = (
+            row
+            for batch in pq.ParquetFile(source).iter_batches(batch_size=ROW_GROUP)
+            for row in batch.to_pylist()
+        )
+        fastavro.writer(handle, schema, records, codec=codec)
+    partial.rename(path)
+    return path
+
+
+def avro_section(args: argparse.Namespace, data: Path, tree: Path, out_root: Path) -> list[str]:
+    """The quantiles job on one Avro file against a native read + numpy in one process."""
+    rows = args.avro_rows
+    path = make_avro(data, rows)
+    _, candidates = make_data(data, rows)
+    baseline = measure(
+        [sys.executable, "-c", _script(_AVRO_NATIVE), str(path)], tree, args.repeats, args.timeout
+    )
+    command = job_command("quantiles", path, candidates, out_root / "avro", "direct")
+    ours = measure(command, tree, args.repeats, args.timeout)
+    return [
+        "",
+        f"Avro: the quantiles job on one {rows:,}-record deflate Avro file (whole processes, "
+        f"medians of {args.repeats}):",
+        "",
+        "| measurement | s | CPU s | rows/s | peak RSS MB |",
+        "|---|---:|---:|---:|---:|",
+        f"| quantiles job, --privacy_unit | {_cell(ours)} | {_cpu(ours)} | {_rate(rows, ours)} "
+        f"| {_mb(ours)} |",
+        f"| polars read_avro + numpy histogram + median | {_cell(baseline)} | {_cpu(baseline)} "
+        f"| {_rate(rows, baseline)} | {_mb(baseline)} |",
+        "",
+        f"native baseline / job: {_ratio(baseline, ours):.2f} wall, "
+        f"{_cpu_ratio(baseline, ours):.2f} CPU (target >= 0.5)",
+    ]
+
+
 def _script(template: str) -> str:
     return template.format(points=POINTS, lower=LOWER, upper=UPPER, group=ROW_GROUP)
 
@@ -302,6 +378,16 @@ def _ratio(baseline: Timing, ours: Timing) -> float:
     return baseline.median / ours.median
 
 
+def _cpu_ratio(baseline: Timing, ours: Timing) -> float:
+    if baseline.failed or ours.failed or not baseline.cpu or not ours.cpu:
+        return math.nan
+    return baseline.cpu_median / max(ours.cpu_median, 1e-9)
+
+
+def _cpu(timing: Timing) -> str:
+    return timing.failed or f"{timing.cpu_median:.2f}"
+
+
 def machine() -> str:
     cpu = platform.processor() or "unknown CPU"
     try:
@@ -325,6 +411,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", nargs="+", choices=JOBS, default=list(JOBS))
     parser.add_argument("--runners", nargs="+", choices=list(RUNNERS), default=["direct"])
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--avro-rows", type=int, default=10**6, help="0 skips the Avro section")
     parser.add_argument("--peer-python", default=PEER_PYTHON)
     parser.add_argument("--tree", default=str(ROOT), help="source tree the jobs run from")
     parser.add_argument("--data-dir", default=str(DATA_DIR))
@@ -332,6 +419,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.peer_rows, args.repeats, args.skip_peers = [20_000], 20_000, 1, True
+        args.avro_rows = 20_000
     return args
 
 
@@ -343,9 +431,12 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     lines = [
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {machine()}.",
         "",
-        "| job | rows | runner | job s | rows/s | peak RSS MB | (a) s | (a) MB | job/(a) | "
-        "(b) s | (b) MB | job/(b) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Wall s and CPU s (user + system, children included) of whole processes; ratios are "
+        "baseline / job (wall, and CPU in brackets).",
+        "",
+        "| job | rows | runner | job s | job CPU s | rows/s | peak RSS MB | (a) s | (a) CPU s "
+        "| (a) MB | job/(a) | (b) s | (b) CPU s | (b) MB | job/(b) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     print("\n".join(lines), flush=True)
     out_root = Path(tempfile.mkdtemp(prefix="beam_dp_jobs_bench_"))
@@ -374,10 +465,12 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
                     if runner == "direct":
                         ours_at[(job, rows)] = ours
                     line = (
-                        f"| {job} | {rows:,} | {runner} | {_cell(ours)} | {_rate(rows, ours)} | "
-                        f"{_mb(ours)} | {_cell(record)} | {_mb(record)} | "
-                        f"{_ratio(record, ours):.2f} | {_cell(bounded)} | {_mb(bounded)} | "
-                        f"{_ratio(bounded, ours):.2f} |"
+                        f"| {job} | {rows:,} | {runner} | {_cell(ours)} | {_cpu(ours)} | "
+                        f"{_rate(rows, ours)} | {_mb(ours)} | {_cell(record)} | {_cpu(record)} | "
+                        f"{_mb(record)} | {_ratio(record, ours):.2f} "
+                        f"({_cpu_ratio(record, ours):.2f}) | {_cell(bounded)} | {_cpu(bounded)} | "
+                        f"{_mb(bounded)} | {_ratio(bounded, ours):.2f} "
+                        f"({_cpu_ratio(bounded, ours):.2f}) |"
                     )
                     print(line, flush=True)
                     lines.append(line)
@@ -386,10 +479,12 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
             f"Targets at 10^7 rows: job/(a) >= {TARGET_RECORD_LEVEL}, job/(b) >= "
             f"{TARGET_BOUNDED} (whole processes, medians of {args.repeats}).",
         ]
+        if args.avro_rows:
+            lines += avro_section(args, data, tree, out_root)
         lines += peers(args, data, tree, ours_at, out_root)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
-    print("\n".join(lines[-8:]), flush=True)
+    print("\n".join(lines[-18:]), flush=True)
     return lines
 
 
@@ -411,22 +506,24 @@ def peers(
         f"PipelineDP 0.3.1, BeamBackend on the in-process FnApiRunner, {args.peer_rows:,} rows, "
         "both bounding (one run each, whole process):",
         "",
-        "| job | PipelineDP s | PipelineDP rows/s | beam-dp rows/s (rows) | ratio |",
-        "|---|---:|---:|---:|---:|",
+        "| job | PipelineDP s | PipelineDP CPU s | PipelineDP rows/s | beam-dp rows/s (rows) "
+        "| ratio (wall) | ratio (CPU per row) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for job in args.jobs:
         command = [args.peer_python, "-c", _script(_PIPELINEDP), str(path), job, str(candidates)]
         peer = measure(command, tree, 1, args.timeout)
         largest = max((rows for (name, rows) in ours_at if name == job), default=None)
         if peer.failed or largest is None:
-            lines.append(f"| {job} | {peer.failed or '-'} | - | - | - |")
+            lines.append(f"| {job} | {peer.failed or '-'} | - | - | - | - | - |")
             continue
         ours = ours_at[(job, largest)]
         peer_rate = args.peer_rows / peer.median
         our_rate = largest / ours.median if ours.seconds else math.nan
+        cpu_ratio = (peer.cpu_median / args.peer_rows) / (ours.cpu_median / largest)
         lines.append(
-            f"| {job} | {peer.median:.1f} | {peer_rate:,.0f} | {our_rate:,.0f} ({largest:,}) | "
-            f"{our_rate / peer_rate:,.0f}x |"
+            f"| {job} | {peer.median:.1f} | {peer.cpu_median:.1f} | {peer_rate:,.0f} | "
+            f"{our_rate:,.0f} ({largest:,}) | {our_rate / peer_rate:,.0f}x | {cpu_ratio:,.0f}x |"
         )
     lines.append(f"\nTarget: >= {TARGET_PIPELINEDP:.0f}x.")
     return lines

@@ -314,7 +314,11 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
         keep = keep[order[key_rank < bounds.max_keys_per_unit]]
 
     if bounds.max_contributions_per_unit is not None and keep.size:
-        sub = take(batch, keep)
+        if keep.size == unit.size:  # every row is still in: bound the batch itself, no copy
+            keep = np.arange(unit.size)
+            sub = batch
+        else:
+            sub = take(batch, keep)
         group = [sub[UNIT], sub[KEY]] if KEY in sub else [sub[UNIT]]
         chosen = _sample_groups(
             group, _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)

@@ -69,10 +69,13 @@ Mask = npt.NDArray[np.bool_]
 def _mix(x: U64) -> U64:
     """SplitMix64 finaliser: a bijection of uint64 with good avalanche."""
     with np.errstate(over="ignore"):
-        z = x + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
+        z = x + _GOLDEN  # the one new array; the steps below work in place
+        z ^= z >> np.uint64(30)
+        z *= _MIX1
+        z ^= z >> np.uint64(27)
+        z *= _MIX2
+        z ^= z >> np.uint64(31)
+        return z
 
 
 def canonical_id_text(value: Any) -> str | None:

@@ -26,7 +26,7 @@ def test_quick_run_prints_a_row_per_job_with_both_ratios(
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[2] == "direct"
         # every process ran to the end: seconds, rates and ratios are numbers, not "exit 1"
-        for cell in (cells[3], cells[4], cells[6], cells[8], cells[9], cells[11]):
+        for cell in (cells[3], cells[4], cells[5], cells[7], cells[8], cells[11], cells[12]):
             assert float(cell.replace(",", "")) > 0
     assert "PipelineDP: skipped" in capsys.readouterr().out
 
