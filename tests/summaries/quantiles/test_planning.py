@@ -1,0 +1,79 @@
+"""Quantile plans: epsilon per level, the auto split, sensitivities and rank-error bounds."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+
+from beam_dp.mechanisms import score_loss_bound
+from beam_dp.summaries.quantiles import (
+    plan_quantiles,
+)
+
+
+def test_recursive_plan_spends_epsilon_once_per_level() -> None:
+    quantiles = [i / 8 for i in range(1, 8)]  # 7 quantiles: a full tree of depth 3
+
+    plan = plan_quantiles(quantiles, epsilon=1.5, num_candidates=100)
+
+    assert plan.split == "recursive" and plan.levels == plan.rounds == 3
+    for level in (1, 2, 3):
+        nodes = [n for n in plan.nodes if n.level == level]
+        assert len(nodes) == 2 ** (level - 1)
+        assert all(n.epsilon == Fraction(1, 2) for n in nodes)  # parallel within a level
+    root = plan.nodes[0]
+    assert root.alpha == Fraction(1, 2) and root.sensitivity == Fraction(1, 2)
+    children = {plan.nodes[i].alpha for i in (root.left, root.right) if i is not None}
+    assert children == {Fraction(1, 2)}  # 1/4 of the data below, 3/4 above: re-normalised
+
+
+@pytest.mark.parametrize(("m", "split"), [(1, "independent"), (2, "independent"), (3, "recursive")])
+def test_auto_split_recurses_when_that_composes_fewer_rounds(m: int, split: str) -> None:
+    quantiles = [(i + 1) / (m + 1) for i in range(m)]
+
+    plan = plan_quantiles(quantiles, epsilon=1.0, num_candidates=10)
+
+    assert plan.split == split
+    assert plan.rounds == min(m, math.ceil(math.log2(m + 1)))
+
+
+def test_replace_plan_uses_the_replace_sensitivity_at_the_root_only() -> None:
+    plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=1.0, num_candidates=10, relation="replace")
+
+    root, *deeper = plan.nodes
+    assert (root.relation, root.epsilon, root.sensitivity) == ("replace", Fraction(1, 2), 1)
+    for node in deeper:
+        assert node.relation == "add_remove" and node.epsilon == Fraction(1, 4)
+
+
+def test_independent_plan_splits_epsilon_over_the_quantiles() -> None:
+    plan = plan_quantiles(
+        [0.1, 0.5, 0.9, 0.5], epsilon=Fraction(9, 10), num_candidates=10, split="independent"
+    )
+
+    assert plan.rounds == 3 and plan.distinct == (Fraction(1, 10), Fraction(1, 2), Fraction(9, 10))
+    assert all(node.epsilon == Fraction(3, 10) for node in plan.nodes)
+    expected = [Fraction(9, 10), Fraction(1, 2), Fraction(9, 10)]
+    assert [node.sensitivity for node in plan.nodes] == expected
+
+
+def test_one_quantile_rank_error_is_the_utility_guarantee() -> None:
+    plan = plan_quantiles([0.5], epsilon=0.5, num_candidates=1000, max_contributions=3)
+
+    expected = score_loss_bound(1000, epsilon=0.5, sensitivity=1.5, confidence=0.95)
+    assert plan.rank_error == pytest.approx(expected)
+    assert plan.rank_errors() == (plan.rank_error,)
+
+
+def test_recursive_rank_errors_sum_the_losses_along_each_path() -> None:
+    plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=1.0, num_candidates=100)
+
+    root = plan.nodes[0]
+    per_selection = 1 - 0.05 / 3
+    loss = score_loss_bound(100, epsilon=0.5, sensitivity=0.5, confidence=per_selection)
+    assert root.loss_bound == pytest.approx(loss)
+    errors = plan.rank_errors()
+    assert errors[1] == pytest.approx(loss)
+    assert errors[0] == pytest.approx(2 * loss) == errors[2]
