@@ -49,6 +49,7 @@ from beam_dp.summaries.quantiles.planning import (
     QuantileNode,
     QuantilePlan,
     plan_quantiles,
+    quantile_rounds,
     rank_errors,
 )
 from beam_dp.summaries.quantiles.recursive import select_quantiles
@@ -74,6 +75,7 @@ __all__ = [
     "plan_cells",
     "plan_mean",
     "plan_quantiles",
+    "quantile_rounds",
     "rank_errors",
     "refine_grid",
     "select_cells",

@@ -39,7 +39,7 @@ from beam_dp.summaries.quantiles.parameters import (
 from beam_dp.summaries.quantiles.recursive import level_budget, recursion_levels
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
-__all__ = ["QuantileNode", "QuantilePlan", "plan_quantiles", "rank_errors"]
+__all__ = ["QuantileNode", "QuantilePlan", "plan_quantiles", "quantile_rounds", "rank_errors"]
 
 
 @dataclass(frozen=True)
@@ -221,8 +221,7 @@ def plan_quantiles(
     check_probability_open(beta, "failure_probability")
     distinct = tuple(sorted(set(parsed)))
     m = len(distinct)
-    if chosen_split == "auto":
-        chosen_split = "recursive" if recursion_levels(m) < m else "independent"
+    chosen_split = _resolved(chosen_split, m)
     k = Fraction(k_values * int(max_partitions))
     layout = _Layout(distinct, rel, k, int(num_candidates), 1.0 - beta / m)
     if chosen_split == "independent":
@@ -248,6 +247,25 @@ def plan_quantiles(
         nodes=tuple(layout.nodes),
         levels=levels,
     )
+
+
+def _resolved(split: Split, num_distinct: int) -> Split:
+    """``"auto"`` made concrete: recursive when it composes fewer rounds (``m >= 3``)."""
+    if split != "auto":
+        return split
+    return "recursive" if recursion_levels(num_distinct) < num_distinct else "independent"
+
+
+def quantile_rounds(quantiles: Sequence[float | Fraction], split: str = DEFAULT_SPLIT) -> int:
+    """The sequential rounds a release of ``quantiles`` composes, from public parameters only.
+
+    What a budget needs before planning (e.g. to split a share over rounds): the levels of the
+    recursive split, or one round per distinct quantile for independent selections. Equal to
+    :attr:`QuantilePlan.rounds` of the plan :func:`plan_quantiles` makes for them.
+    """
+    m = len(set(parse_quantiles(quantiles)))
+    chosen = _resolved(check_split(split), m)
+    return recursion_levels(m) if chosen == "recursive" else m
 
 
 def rank_errors(plan: QuantilePlan) -> tuple[float, ...]:

@@ -10,6 +10,7 @@ import pytest
 from beam_dp.mechanisms import score_loss_bound
 from beam_dp.summaries.quantiles import (
     plan_quantiles,
+    quantile_rounds,
 )
 
 
@@ -77,3 +78,11 @@ def test_recursive_rank_errors_sum_the_losses_along_each_path() -> None:
     errors = plan.rank_errors()
     assert errors[1] == pytest.approx(loss)
     assert errors[0] == pytest.approx(2 * loss) == errors[2]
+
+
+@pytest.mark.parametrize("split", ["auto", "recursive", "independent"])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 20])
+def test_rounds_are_known_without_a_plan(m: int, split: str) -> None:
+    quantiles = [Fraction(i, m + 1) for i in range(1, m + 1)] + [Fraction(1, m + 1)]  # a repeat
+    plan = plan_quantiles(quantiles, epsilon=1.0, num_candidates=100, split=split)
+    assert quantile_rounds(quantiles, split) == plan.rounds
