@@ -1,0 +1,308 @@
+"""Many small selections and large candidate grids (issue 13), against OpenDP in the same run.
+
+Run from the repository root::
+
+    python -m benchmarks.many_keys            # 10^5 keys, 10^6-price grid (a few minutes)
+    python -m benchmarks.many_keys --quick    # small sizes, one repeat (the smoke test)
+
+It prints, with medians of repeats (the machine may be shared: medians, not minima):
+
+* **per key**: microseconds per key of ``select_per_key`` over 10^5 keys with d = 2, 5, 10,
+  100 candidates each (scores uniform integers in [0, 20), epsilon = 1, sensitivity 1, not
+  monotone, OS CSPRNG), for permute-and-flip (PF) and the exponential mechanism (EM); the same
+  per key when ``select`` is called once per key ("before", on a sample of keys); and OpenDP's
+  ``make_noisy_max`` called once per key (PF: exponential noise under ``max_divergence``; EM:
+  Gumbel noise under ``zero_concentrated_divergence``; ``scale = 2 / epsilon``, checked against
+  its privacy map);
+* **single call**: microseconds per ``select`` call at d = 2, 10, 100;
+* **grid**: seconds to score and select among 10^6 prices in one process: reading the grid
+  (``Revenue`` of 10^6 floats, $0.01 ... $10,000.00), scoring 10^6 willingness-to-pay values
+  (``Revenue.compute``) and one exact PF selection (monotone, sensitivity max price), and
+  OpenDP's noisy max on the same integer scores; with ``--job``, also the whole
+  ``pipelines.best_price`` process on that grid and the time it takes to refuse a grid of
+  10^7 prices (naming the limit).
+
+The script never fails on a missed target; it prints PASS/FAIL lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from beam_dp.mechanisms import select
+from beam_dp.mechanisms.per_key import select_per_key
+from beam_dp.scores import Revenue
+from benchmarks.selection import machine_summary
+
+EPSILON = 1.0
+SEED = 20261123
+METHODS = {"PF": "permute_and_flip", "EM": "exponential"}
+KEY_SIZES = (2, 5, 10, 100)
+SINGLE_SIZES = (2, 10, 100)
+TARGET_US_PER_KEY = 20.0  # at d <= 10
+TARGET_GRID_SECONDS = 2.0
+GRID_SPEC = "0.01:10000.01:0.01"  # 10^6 prices
+REFUSED_SPEC = "0.01:100000:0.01"  # about 10^7 prices
+
+
+def median_seconds(call: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``call`` over ``repeats`` runs, after one untimed warm-up."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def opendp_noisy_max(monotonic: bool, sensitivity: int) -> dict[str, Any] | None:
+    """OpenDP's PF and EM counterparts for integer scores, or None if OpenDP is missing."""
+    try:
+        import opendp.prelude as dp
+    except ImportError:
+        return None
+    dp.enable_features("contrib")
+    space = (
+        dp.vector_domain(dp.atom_domain(T="i64")),
+        dp.linf_distance(T="i64", monotonic=monotonic),
+    )
+    scale = (1 if monotonic else 2) * sensitivity / EPSILON
+    measures = {"PF": dp.max_divergence(), "EM": dp.zero_concentrated_divergence()}
+    selectors = {name: dp.m.make_noisy_max(*space, m, scale=scale) for name, m in measures.items()}
+    expected = {"PF": EPSILON, "EM": EPSILON**2 / 8}
+    for name, selector in selectors.items():
+        spent = selector.map(sensitivity)
+        if not np.isclose(spent, expected[name]):
+            raise RuntimeError(f"OpenDP {name} spends {spent}, expected {expected[name]}")
+    return selectors
+
+
+def per_key_rows(
+    num_keys: int, sample_keys: int, repeats: int, use_opendp: bool
+) -> list[dict[str, Any]]:
+    """Microseconds per key: batched, select per key (before), OpenDP per key."""
+    selectors = opendp_noisy_max(monotonic=False, sensitivity=1) if use_opendp else None
+    if use_opendp and selectors is None:
+        print("OpenDP is not importable: skipping it (pip install opendp==0.16.0).")
+    rng = np.random.default_rng(SEED)
+    rows = []
+    for d in KEY_SIZES:
+        scores = rng.integers(0, 20, size=(num_keys, d), dtype=np.int64)
+        sample = scores[:sample_keys]
+        for name, method in METHODS.items():
+
+            def batched(scores: np.ndarray = scores, method: str = method) -> None:
+                chosen = select_per_key(scores, epsilon=EPSILON, sensitivity=1, method=method)  # type: ignore[arg-type]
+                if chosen.shape != (scores.shape[0],) or int(chosen.max()) >= scores.shape[1]:
+                    raise RuntimeError("select_per_key returned an index out of range")
+
+            def one_by_one(sample: np.ndarray = sample, method: str = method) -> None:
+                for row in sample:
+                    select(row, epsilon=EPSILON, sensitivity=1, method=method)  # type: ignore[arg-type]
+
+            ours = median_seconds(batched, repeats) / num_keys * 1e6
+            before = median_seconds(one_by_one, 1) / sample_keys * 1e6
+            row: dict[str, Any] = {"d": d, "method": name, "ours": ours, "before": before}
+            if selectors is not None:
+                selector = selectors[name]
+
+                def opendp(sample: np.ndarray = sample, selector: Any = selector) -> None:
+                    for key_scores in sample:
+                        selector(key_scores)
+
+                row["opendp"] = median_seconds(opendp, 1) / sample_keys * 1e6
+            print(
+                f"  done: d={d:>3d} {name}: {ours:7.2f} us/key batched, {before:7.1f} us/key "
+                "one call per key"
+            )
+            rows.append(row)
+    return rows
+
+
+def single_call_rows(calls: int) -> list[dict[str, Any]]:
+    """Median microseconds per ``select`` call (medians of 5 blocks of ``calls`` calls)."""
+    rng = np.random.default_rng(SEED + 1)
+    rows = []
+    for d in SINGLE_SIZES:
+        scores = rng.integers(0, 20, size=d, dtype=np.int64)
+        for name, method in METHODS.items():
+
+            def block(scores: np.ndarray = scores, method: str = method) -> None:
+                for _ in range(calls):
+                    select(scores, epsilon=EPSILON, sensitivity=1, method=method)  # type: ignore[arg-type]
+
+            micro = median_seconds(block, 5) / calls * 1e6
+            rows.append({"d": d, "method": name, "ours": micro})
+    return rows
+
+
+def grid_prices(spec: str) -> list[float]:
+    """START:STOP:STEP as floats of exact decimals, as the jobs read ``--prices``."""
+    start, stop, step = (Decimal(part) for part in spec.split(":"))
+    count = int((stop - start) / step)
+    return [float(start + i * step) for i in range(count) if start + i * step < stop]
+
+
+def grid_row(
+    num_prices_spec: str, num_values: int, repeats: int, use_opendp: bool
+) -> dict[str, Any]:
+    """Seconds to read a price grid, score it on ``num_values`` values and select once."""
+    prices = grid_prices(num_prices_spec)
+    values = np.random.default_rng(SEED + 2).lognormal(mean=3.0, sigma=1.5, size=num_values)
+    parts: dict[str, float] = {}
+
+    def release() -> int:
+        start = time.perf_counter()
+        score = Revenue(prices)
+        parts["read grid"] = time.perf_counter() - start
+        start = time.perf_counter()
+        scores = score.compute(values)
+        parts["score"] = time.perf_counter() - start
+        start = time.perf_counter()
+        chosen = select(scores, epsilon=EPSILON, sensitivity=score.sensitivity(), monotonic=True)
+        parts["select"] = time.perf_counter() - start
+        return chosen
+
+    times = []
+    splits = []
+    release()
+    for _ in range(repeats):
+        start = time.perf_counter()
+        release()
+        times.append(time.perf_counter() - start)
+        splits.append(dict(parts))
+    middle = sorted(range(repeats), key=lambda i: times[i])[repeats // 2]
+    row: dict[str, Any] = {"prices": len(prices), "values": num_values, "total": times[middle]}
+    row.update(splits[middle])
+    if use_opendp:
+        score = Revenue(prices)
+        scores = score.compute(values)
+        selectors = opendp_noisy_max(monotonic=True, sensitivity=int(score.scaled_prices[-1]))
+        if selectors is not None:
+            selector = selectors["PF"]
+            row["opendp select"] = median_seconds(lambda: selector(scores), repeats)
+    return row
+
+
+def job_rows(python: str) -> list[dict[str, Any]]:
+    """The whole best_price process: the 10^6 grid, the default grid, a refused 10^7 grid."""
+    root = Path(__file__).resolve().parent.parent
+    rows = []
+    with tempfile.TemporaryDirectory() as out:
+        for label, spec in (
+            ("default grid (199 prices)", "0.01:2.00:0.01"),
+            ("10^6 prices", GRID_SPEC),
+            ("10^7 prices (refused)", REFUSED_SPEC),
+        ):
+            command = [
+                python, "-m", "pipelines.best_price",
+                "--input", str(root / "sample_data/survey/export-*.avro"),
+                "--privacy_unit", "user_id", "--value", "willingness_to_pay",
+                "--prices", spec, "--epsilon", "1", "--output", str(Path(out) / label[:4]),
+            ]  # fmt: skip
+            start = time.perf_counter()
+            done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+            seconds = time.perf_counter() - start
+            last = (done.stderr.strip().splitlines() or [""])[-1]
+            rows.append({"job": label, "seconds": seconds, "exit": done.returncode, "last": last})
+            print(f"  done: best_price {label}: {seconds:.2f} s, exit {done.returncode}")
+    return rows
+
+
+def _ratio(theirs: float | None, ours: float) -> str:
+    return "n/a" if theirs is None else f"{theirs / ours:.1f}"
+
+
+def report(
+    keys: int, per_key: list[dict[str, Any]], single: list[dict[str, Any]],
+    grid: dict[str, Any], jobs: list[dict[str, Any]],
+) -> list[str]:  # fmt: skip
+    """Markdown tables and verdicts."""
+    lines = [
+        f"Per key, {keys:,d} keys (us per key; 'one call per key' = select() in a loop)",
+        "",
+        "| d | method | batched (us/key) | one call per key (us/key) | speed-up "
+        "| OpenDP per key (us/key) | OpenDP/ours |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in per_key:
+        theirs = row.get("opendp")
+        lines.append(
+            f"| {row['d']} | {row['method']} | {row['ours']:.2f} | {row['before']:.1f} "
+            f"| {row['before'] / row['ours']:.0f}x | "
+            f"{'n/a' if theirs is None else f'{theirs:.1f}'} | {_ratio(theirs, row['ours'])} |"
+        )
+    lines += [
+        "",
+        "Single select() call (us per call)",
+        "",
+        "| d | method | us |",
+        "|---:|---|---:|",
+    ]
+    lines += [f"| {r['d']} | {r['method']} | {r['ours']:.0f} |" for r in single]
+    lines += [
+        "",
+        f"Grid: {grid['prices']:,d} prices, {grid['values']:,d} values, in one process (s)",
+        "",
+        "| read grid | score | select (PF) | total | OpenDP select | OpenDP/ours (select) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    theirs = grid.get("opendp select")
+    lines.append(
+        f"| {grid['read grid']:.3f} | {grid['score']:.3f} | {grid['select']:.3f} "
+        f"| {grid['total']:.3f} | {'n/a' if theirs is None else f'{theirs:.3f}'} "
+        f"| {_ratio(theirs, grid['select'])} |"
+    )
+    if jobs:
+        lines += ["", "Whole best_price process", "", "| grid | s | exit | last line |"]
+        lines += ["|---|---:|---:|---|"]
+        lines += [f"| {j['job']} | {j['seconds']:.2f} | {j['exit']} | {j['last']} |" for j in jobs]
+    lines.append("")
+    for row in per_key:
+        if row["d"] <= 10:
+            ok = row["ours"] <= TARGET_US_PER_KEY
+            lines.append(
+                f"{'PASS' if ok else 'FAIL'}: {row['method']} d={row['d']} "
+                f"<= {TARGET_US_PER_KEY:.0f} us per key"
+            )
+    ok = grid["total"] < TARGET_GRID_SECONDS
+    lines.append(f"{'PASS' if ok else 'FAIL'}: grid in one process < {TARGET_GRID_SECONDS:.0f} s")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse arguments, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument("--no-opendp", action="store_true", help="do not time OpenDP")
+    parser.add_argument("--job", action="store_true", help="also time the whole best_price process")
+    args = parser.parse_args(argv)
+    use_opendp = not args.no_opendp
+    if args.quick:
+        keys, sample, repeats, calls, spec, values = 2_000, 50, 1, 20, "0.01:100.01:0.01", 10**4
+    else:
+        keys, sample, repeats, calls, spec, values = 100_000, 2_000, 5, 500, GRID_SPEC, 10**6
+    print("Many selections and large grids: medians of repeats")
+    print("\n".join(machine_summary()))
+    per_key = per_key_rows(keys, sample, repeats, use_opendp)
+    single = single_call_rows(calls)
+    grid = grid_row(spec, values, repeats, use_opendp)
+    jobs = job_rows(sys.executable) if args.job else []
+    print()
+    print("\n".join(report(keys, per_key, single, grid, jobs)))
+
+
+if __name__ == "__main__":
+    main()
