@@ -32,9 +32,8 @@ from beam_dp.summaries.quantiles.parameters import (
     PlanBase,
     PlanOptions,
     RngLike,
-    check_release,
+    check_quantile_plan,
     dense_counts,
-    parse_quantiles,
     private_choice,
     selection_loss,
 )
@@ -104,22 +103,17 @@ def plan_cells(
     ``options`` are ``relation``, ``max_contributions`` and ``method``
     (:class:`~.parameters.PlanOptions`).
     """
-    parsed = parse_quantiles(quantiles)
+    fields = check_quantile_plan(quantiles, epsilon, options)
     check_positive_int(num_cells, "num_cells")
-    eps, rel, k, chosen_method = check_release(epsilon, options)
     check_probability_open(failure_probability, "failure_probability")
-    distinct = tuple(sorted(set(parsed)))
-    per = eps / len(distinct)
-    sensitivities = tuple(point_sensitivity(alpha, rel, k) for alpha in distinct)
+    distinct = fields["distinct"]
+    per = fields["epsilon"] / len(distinct)
+    k = fields["max_contributions"]
+    sensitivities = tuple(point_sensitivity(alpha, fields["relation"], k) for alpha in distinct)
     confidence = 1.0 - float(failure_probability) / len(distinct)
     losses = tuple(selection_loss(num_cells, per, delta, confidence) for delta in sensitivities)
     return CellPlan(
-        quantiles=parsed,
-        distinct=distinct,
-        relation=rel,
-        epsilon=eps,
-        method=chosen_method,
-        max_contributions=k,
+        **fields,
         num_cells=int(num_cells),
         sensitivities=sensitivities,
         loss_bounds=losses,

@@ -190,6 +190,33 @@ def check_release(
     return eps, rel, int(k), check_method(options.get("method", "permute_and_flip"))
 
 
+class PlanFields(TypedDict):
+    """The checked :class:`PlanBase` fields, ready to unpack into a plan's constructor."""
+
+    quantiles: tuple[Fraction, ...]
+    distinct: tuple[Fraction, ...]
+    relation: Relation
+    epsilon: Fraction
+    method: Method
+    max_contributions: int
+
+
+def check_quantile_plan(
+    quantiles: object, epsilon: object, options: PlanOptions, max_partitions: int = 1
+) -> PlanFields:
+    """The checks every quantile plan makes (:func:`parse_quantiles`, :func:`check_release`)."""
+    parsed = parse_quantiles(quantiles)
+    eps, rel, k, method = check_release(epsilon, options, max_partitions)
+    return PlanFields(
+        quantiles=parsed,
+        distinct=tuple(sorted(set(parsed))),
+        relation=rel,
+        epsilon=eps,
+        method=method,
+        max_contributions=k,
+    )
+
+
 def selection_loss(
     num_candidates: int, epsilon: Fraction, sensitivity: Fraction, confidence: float
 ) -> float:

@@ -31,7 +31,7 @@ from beam_dp.summaries.quantiles.parameters import (
     PlanOptions,
     Split,
     bounded,
-    check_release,
+    check_quantile_plan,
     check_split,
     parse_quantiles,
     selection_loss,
@@ -212,34 +212,28 @@ def plan_quantiles(
     Raises:
         ValueError / TypeError: naming the bad parameter.
     """
-    parsed = parse_quantiles(quantiles)
+    fields = check_quantile_plan(quantiles, epsilon, options, max_partitions)
     check_positive_int(num_candidates, "num_candidates")
-    eps, rel, k_values, chosen_method = check_release(epsilon, options, max_partitions)
     chosen_split = check_split(split)
     check_probability_open(confidence, "confidence")
     beta = 1.0 - float(confidence) if failure_probability is None else float(failure_probability)
     check_probability_open(beta, "failure_probability")
-    distinct = tuple(sorted(set(parsed)))
+    distinct = fields["distinct"]
     m = len(distinct)
     chosen_split = _resolved(chosen_split, m)
-    k = Fraction(k_values * int(max_partitions))
-    layout = _Layout(distinct, rel, k, int(num_candidates), 1.0 - beta / m)
+    k = Fraction(fields["max_contributions"] * int(max_partitions))
+    layout = _Layout(distinct, fields["relation"], k, int(num_candidates), 1.0 - beta / m)
     if chosen_split == "independent":
-        layout.independent(eps)
+        layout.independent(fields["epsilon"])
         levels = 1
     else:
         levels = recursion_levels(m)
-        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, eps / levels)
+        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, fields["epsilon"] / levels)
         if max(node.level for node in layout.nodes) != levels:  # pragma: no cover
             raise AssertionError("the recursion tree is deeper than its epsilon split assumed")
     return QuantilePlan(
-        quantiles=parsed,
-        distinct=distinct,
+        **fields,
         split=chosen_split,
-        relation=rel,
-        epsilon=eps,
-        method=chosen_method,
-        max_contributions=k_values,
         max_partitions=int(max_partitions),
         num_candidates=int(num_candidates),
         confidence=float(confidence),
