@@ -32,6 +32,7 @@ from beam_dp.summaries.quantiles.parameters import (
     PlanBase,
     PlanOptions,
     RngLike,
+    base_fields,
     check_quantile_plan,
     dense_counts,
     private_choice,
@@ -103,17 +104,17 @@ def plan_cells(
     ``options`` are ``relation``, ``max_contributions`` and ``method``
     (:class:`~.parameters.PlanOptions`).
     """
-    fields = check_quantile_plan(quantiles, epsilon, options)
+    base = check_quantile_plan(quantiles, epsilon, options)
     check_positive_int(num_cells, "num_cells")
     check_probability_open(failure_probability, "failure_probability")
-    distinct = fields["distinct"]
-    per = fields["epsilon"] / len(distinct)
-    k = fields["max_contributions"]
-    sensitivities = tuple(point_sensitivity(alpha, fields["relation"], k) for alpha in distinct)
+    distinct = base.distinct
+    per = base.epsilon / len(distinct)
+    k = base.max_contributions
+    sensitivities = tuple(point_sensitivity(alpha, base.relation, k) for alpha in distinct)
     confidence = 1.0 - float(failure_probability) / len(distinct)
     losses = tuple(selection_loss(num_cells, per, delta, confidence) for delta in sensitivities)
     return CellPlan(
-        **fields,
+        **base_fields(base),
         num_cells=int(num_cells),
         sensitivities=sensitivities,
         loss_bounds=losses,

@@ -10,10 +10,10 @@ reads data.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from fractions import Fraction
 from numbers import Real
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -190,31 +190,18 @@ def check_release(
     return eps, rel, int(k), check_method(options.get("method", "permute_and_flip"))
 
 
-class PlanFields(TypedDict):
-    """The checked :class:`PlanBase` fields, ready to unpack into a plan's constructor."""
-
-    quantiles: tuple[Fraction, ...]
-    distinct: tuple[Fraction, ...]
-    relation: Relation
-    epsilon: Fraction
-    method: Method
-    max_contributions: int
-
-
 def check_quantile_plan(
     quantiles: object, epsilon: object, options: PlanOptions, max_partitions: int = 1
-) -> PlanFields:
+) -> PlanBase:
     """The checks every quantile plan makes (:func:`parse_quantiles`, :func:`check_release`)."""
     parsed = parse_quantiles(quantiles)
     eps, rel, k, method = check_release(epsilon, options, max_partitions)
-    return PlanFields(
-        quantiles=parsed,
-        distinct=tuple(sorted(set(parsed))),
-        relation=rel,
-        epsilon=eps,
-        method=method,
-        max_contributions=k,
-    )
+    return PlanBase(parsed, tuple(sorted(set(parsed))), rel, eps, method, k)
+
+
+def base_fields(base: PlanBase) -> dict[str, Any]:
+    """``base``'s fields by name, to unpack into the constructor of a plan that extends it."""
+    return {item.name: getattr(base, item.name) for item in fields(PlanBase)}
 
 
 def selection_loss(

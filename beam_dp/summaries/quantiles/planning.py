@@ -30,6 +30,7 @@ from beam_dp.summaries.quantiles.parameters import (
     PlanBase,
     PlanOptions,
     Split,
+    base_fields,
     bounded,
     check_quantile_plan,
     check_split,
@@ -212,27 +213,27 @@ def plan_quantiles(
     Raises:
         ValueError / TypeError: naming the bad parameter.
     """
-    fields = check_quantile_plan(quantiles, epsilon, options, max_partitions)
+    base = check_quantile_plan(quantiles, epsilon, options, max_partitions)
     check_positive_int(num_candidates, "num_candidates")
     chosen_split = check_split(split)
     check_probability_open(confidence, "confidence")
     beta = 1.0 - float(confidence) if failure_probability is None else float(failure_probability)
     check_probability_open(beta, "failure_probability")
-    distinct = fields["distinct"]
+    distinct = base.distinct
     m = len(distinct)
     chosen_split = _resolved(chosen_split, m)
-    k = Fraction(fields["max_contributions"] * int(max_partitions))
-    layout = _Layout(distinct, fields["relation"], k, int(num_candidates), 1.0 - beta / m)
+    k = Fraction(base.max_contributions * int(max_partitions))
+    layout = _Layout(distinct, base.relation, k, int(num_candidates), 1.0 - beta / m)
     if chosen_split == "independent":
-        layout.independent(fields["epsilon"])
+        layout.independent(base.epsilon)
         levels = 1
     else:
         levels = recursion_levels(m)
-        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, fields["epsilon"] / levels)
+        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, base.epsilon / levels)
         if max(node.level for node in layout.nodes) != levels:  # pragma: no cover
             raise AssertionError("the recursion tree is deeper than its epsilon split assumed")
     return QuantilePlan(
-        **fields,
+        **base_fields(base),
         split=chosen_split,
         max_partitions=int(max_partitions),
         num_candidates=int(num_candidates),
