@@ -30,9 +30,10 @@ from typing import Any, Literal
 
 import apache_beam as beam
 
-from beam_dp._validation import check_relation
 from beam_dp.accounting import BudgetShare, PrivacyBudget
 from beam_dp.beam.key_selection import KeySelection
+from beam_dp.beam.options import check_relation, read_labels
+from beam_dp.beam.plan import PrivateTransform
 from beam_dp.beam.quantiles import (
     PrivateMax,
     PrivateMean,
@@ -41,8 +42,6 @@ from beam_dp.beam.quantiles import (
     PrivateQuantiles,
 )
 from beam_dp.beam.selection import BestPrice, Election, TopCandidates
-from beam_dp.beam.selection_spec import read_labels
-from beam_dp.summaries.quantiles import DEFAULT_SPLIT, parse_quantiles, plan_quantiles
 
 __all__ = [
     "CONFIG_KEYS",
@@ -234,9 +233,11 @@ def check_table(table: Mapping[str, Any], valid: Mapping[str, Any], where: str) 
 def _parameters(cls: type) -> tuple[dict[str, Any], list[str]]:
     """The keyword parameters of ``cls(...)`` with their type hints, and the required ones.
 
-    Followed through ``**options``: a constructor that forwards ``**options`` (and no
-    ``*args``) to its parent fills the parent's positional parameters itself
-    (``PrivateMedian`` passes the quantile), so those are not the caller's to give.
+    ``**options: Unpack[SomeTypedDict]`` (the options every transform shares, declared once
+    in :mod:`beam_dp.beam.options`) contributes the TypedDict's keys, its required keys
+    among the required ones. Followed through an untyped ``**options``: a constructor that
+    forwards ``**options`` (and no ``*args``) to its parent fills the parent's positional
+    parameters itself, so those are not the caller's to give.
     """
     hints_by_name: dict[str, Any] = {}
     required: list[str] = []
@@ -249,7 +250,14 @@ def _parameters(cls: type) -> tuple[dict[str, Any], list[str]]:
         forwards = positional = False
         for parameter in list(inspect.signature(init).parameters.values())[1:]:
             if parameter.kind is inspect.Parameter.VAR_KEYWORD:
-                forwards = True
+                typed = hints.get(parameter.name)
+                if typing.get_origin(typed) is typing.Unpack:
+                    options = typing.get_args(typed)[0]
+                    for name, hint in typing.get_type_hints(options).items():
+                        hints_by_name.setdefault(name, hint)
+                    required.extend(sorted(options.__required_keys__))
+                else:
+                    forwards = True
             elif parameter.kind is inspect.Parameter.VAR_POSITIONAL:
                 positional = True
             elif not (filled_by_subclass and parameter.kind is not parameter.KEYWORD_ONLY):
@@ -296,7 +304,7 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
     * a list (from a config): as given;
     * a string naming an existing file (relative to ``base`` when given): one label per line,
       blank lines and ``#`` comments skipped (the library's own reader,
-      :func:`beam_dp.beam.selection_spec.read_labels`);
+      :func:`beam_dp.beam.options.read_labels`);
     * a string with at least one comma: the labels between the commas, blanks stripped (a
       trailing comma ends the list: ``'a,'`` is the one label ``a``).
 
@@ -400,7 +408,7 @@ class StatisticSpec:
     type: str
     params: dict[str, Any]
     columns: list[str]
-    mechanism: str
+    mechanism: str = ""
     rounds: int = 1
     epsilon: float | None = None
     weight: float | None = None
@@ -409,7 +417,13 @@ class StatisticSpec:
     relation: str | None = None
 
     def request(self, budget: PrivacyBudget) -> None:
-        """Ask ``budget`` for this statistic's share(s) (before any data is read)."""
+        """Ask ``budget`` for this statistic's share(s) (before any data is read).
+
+        The share's mechanism and rounds are the built transform's (:meth:`check` learns
+        them), so the job never plans a release itself.
+        """
+        if not self.mechanism:
+            raise RuntimeError(f"statistic {self.name!r}: check() must run before request()")
         if self.key_selection is not None:
             self.shares["keys"] = budget.request(
                 f"{self.name}_candidates",
@@ -429,18 +443,23 @@ class StatisticSpec:
         """Build the transform once with the statistic's own epsilon (or 1.0 for a weight).
 
         Every parameter is validated by the transform's constructor, so a bad one fails here,
-        before the budget is asked and before any data is read. Nothing is kept.
+        before the budget is asked and before any data is read. Only the mechanism and the
+        rounds its budget share must name are kept.
         """
         keys = None
         if self.key_selection is not None:
             keys = (self.key_selection["epsilon"], self.key_selection["delta"])
-        self._build(
+        transform = self._build(
             main=1.0 if self.epsilon is None else self.epsilon,
             keys=keys,
             unit_column=unit_column,
             relation=relation,
             on_bad_record=on_bad_record,
         )
+        # What the budget share must name: the transform answers (e.g. a quantile release's
+        # rounds are its plan's levels).
+        self.mechanism = transform.mechanism
+        self.rounds = transform.rounds
 
     def transform(
         self, *, unit_column: str | None, relation: str, on_bad_record: str
@@ -462,7 +481,7 @@ class StatisticSpec:
         unit_column: str | None,
         relation: str,
         on_bad_record: str,
-    ) -> beam.PTransform:
+    ) -> PrivateTransform:
         common: dict[str, Any] = {
             "unit_column": unit_column,
             "epsilon": main,
@@ -533,16 +552,13 @@ def spec_from_config(config: Mapping[str, Any], *, base: Path | None = None) -> 
     if epsilon is None and weight is None:
         weight = 1.0
     relation = entry.pop("relation", None)
-    method = entry.get("method", "permute_and_flip")
     params: dict[str, Any] = {"name": name}
     columns: list[str] = []
     if per_key:
         params["key_column"] = entry.pop("key")
         params["keys"] = public_list(entry.pop("keys"), name="keys", base=base)
         columns.append(params["key_column"])
-    rounds = 1
     key_selection = None
-    mechanism = method
     if kind in ("top_candidates", "election"):
         params["candidate_column"] = entry.pop("candidate")
         columns.append(params["candidate_column"])
@@ -569,31 +585,17 @@ def spec_from_config(config: Mapping[str, Any], *, base: Path | None = None) -> 
             key_selection = {
                 key[len("key_selection_") :]: float(entry.pop(key)) for key in _KEY_SELECTION_KEYS
             }
-        if kind == "top_candidates":
-            rounds = int(entry.get("k", 1))
-            mechanism = method if rounds == 1 else f"{method}_top_k"
     else:
         params["value_column"] = entry.pop("value")
         columns.append(params["value_column"])
         if kind == "best_price" and "prices" in entry:
             entry["prices"] = _prices(entry["prices"], base)
-        if kind in ("quantiles", "median", "min", "max"):
-            requested = entry.get("quantiles") if kind == "quantiles" else [0.5]
-            plan = plan_quantiles(
-                parse_quantiles(requested),
-                epsilon=1.0,
-                num_candidates=2,
-                split=entry.get("split", DEFAULT_SPLIT),
-            )
-            rounds = plan.rounds
     params.update(entry)
     return StatisticSpec(
         name=name,
         type=kind,
         params=params,
         columns=columns,
-        mechanism=mechanism,
-        rounds=rounds,
         epsilon=None if epsilon is None else float(epsilon),
         weight=None if weight is None else float(weight),
         key_selection=key_selection,

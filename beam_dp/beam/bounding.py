@@ -37,7 +37,6 @@ they are not private.
 from __future__ import annotations
 
 import hashlib
-import logging
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,28 +62,26 @@ from beam_dp.batching import (
     UNIT,
     ColumnBatch,
     ContributionBounds,
-    PublicIndex,
     bound_rows,
     concat_batches,
-    encode_batch,
     num_rows,
     take,
 )
-from beam_dp.batching.columns import EncodeStats, OnBadRecord, with_source
+from beam_dp.beam.encoding import EncodeBatches, is_heartbeat
 from beam_dp.telemetry import exact_counts_enabled
 
+# EncodeBatches and is_heartbeat live in beam_dp.beam.encoding; importable from here too.
 __all__ = [
     "BoundContributions",
     "EncodeBatches",
     "MatchBoundedWindows",
     "WindowAdmissions",
     "check_windowing",
+    "is_heartbeat",
     "kept_windows",
 ]
 
 _NAMESPACE = "beam_dp"
-_PROGRESS_EVERY = 1_000_000
-_LOG = logging.getLogger(__name__)
 
 
 def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_unit: int) -> bool:
@@ -127,85 +124,6 @@ def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_uni
             "reaches"
         )
     return True
-
-
-class _EncodeFn(beam.DoFn):
-    def __init__(self, options: dict[str, Any]):
-        super().__init__()
-        self._options = options
-        # Read in the driver and pickled with the DoFn: the setting holds on every worker.
-        self._exact_counts = exact_counts_enabled()
-        self._seen = 0
-        self._next_report = _PROGRESS_EVERY
-        if self._exact_counts:
-            self._rows = Metrics.counter(_NAMESPACE, "rows_read")
-            self._bad = Metrics.counter(_NAMESPACE, "bad_records_skipped")
-            self._unknown = Metrics.counter(_NAMESPACE, "records_with_unknown_candidate_or_key")
-
-    def process(self, element: Any) -> Iterator[ColumnBatch]:
-        batch, options = with_source(element, self._options)
-        stats = EncodeStats()
-        encoded = encode_batch(batch, stats=stats, **options)
-        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
-            self._report(stats)
-        if num_rows(encoded):
-            yield encoded
-
-    def _report(self, stats: EncodeStats) -> None:
-        self._rows.inc(stats.rows_read)
-        self._seen += stats.rows_read
-        if self._seen >= self._next_report:
-            _LOG.info("encoded %d rows so far on this worker (exact counts are on)", self._seen)
-            self._next_report *= 2
-        if stats.bad_records:
-            self._bad.inc(stats.bad_records)
-        if stats.unknown_labels:
-            self._unknown.inc(stats.unknown_labels)
-
-
-class EncodeBatches(beam.PTransform):
-    """Reader output (RecordBatches, Tables, lists of dicts) to encoded column batches.
-
-    Elements may also be ``(file name, batch)`` pairs, as :class:`beam_dp.io.ReadExport`
-    emits them; errors then name the file.
-
-    See :func:`beam_dp.batching.encode_batch` for the arguments and the bad-record rules.
-    No value is ever logged. Exact counts (rows read, records skipped) are reported as Beam
-    metrics in the ``beam_dp`` namespace only when
-    :func:`beam_dp.telemetry.enable_exact_counts` was called before this transform was built
-    (they are not private); by default nothing data-dependent is reported.
-    """
-
-    def __init__(
-        self,
-        *,
-        unit_column: str | None,
-        candidate_column: str | None = None,
-        candidates: PublicIndex | None = None,
-        value_column: str | None = None,
-        key_column: str | None = None,
-        keys: PublicIndex | None = None,
-        on_bad_record: OnBadRecord = "fail",
-        source: str = "input",
-    ):
-        super().__init__()
-        if on_bad_record not in ("fail", "skip"):
-            raise ValueError(
-                f"'on_bad_record' must be 'fail' or 'skip'; received {on_bad_record!r}"
-            )
-        self._options: dict[str, Any] = {
-            "unit_column": unit_column,
-            "candidate_column": candidate_column,
-            "candidates": candidates,
-            "value_column": value_column,
-            "key_column": key_column,
-            "keys": keys,
-            "on_bad_record": on_bad_record,
-            "source": source,
-        }
-
-    def expand(self, pcoll: PCollection) -> PCollection:
-        return pcoll | beam.ParDo(_EncodeFn(self._options))
 
 
 def _split_to_shards(batch: ColumnBatch, num_shards: int) -> Iterator[tuple[int, ColumnBatch]]:

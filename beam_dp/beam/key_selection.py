@@ -15,22 +15,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from beam_dp.accounting import BudgetShare
 from beam_dp.accounting.zcdp import floor_float
-from beam_dp.batching import ContributionBounds
-from beam_dp.beam.selection_combiners import KeySelectionFn, KeySelectionSpec
-from beam_dp.beam.selection_core import (
-    KeyOptions,
-    Plan,
-    SelectionTransform,
-    check_column,
-    describe,
+from beam_dp.batching import (
+    ContributionBounds,
 )
-from beam_dp.beam.selection_spec import CommonOptions, EpsilonLike, SelectionSpec, split_share
+from beam_dp.beam.key_selection_combiners import EncodeLabelsFn, KeySelectionFn, KeySelectionSpec
+from beam_dp.beam.options import (
+    CommonOptions,
+    EpsilonLike,
+    KeyOptions,
+    check_column,
+    split_share,
+)
+from beam_dp.beam.plan import Built, Plan, PrivateTransform
+from beam_dp.beam.selection_spec import SelectionSpec, describe
 from beam_dp.mechanisms import RandomSource
-from beam_dp.mechanisms.partition_selection import check_key_selection
+from beam_dp.mechanisms.partition_selection import (
+    check_key_selection,
+)
 from beam_dp.scores import DistinctUnitCount
 
 __all__ = ["KeySelection", "SelectCandidates"]
@@ -140,17 +144,19 @@ def key_selection_plan(
         )
     )
     plan = Plan(
-        encode={
-            "unit_column": unit_column,
-            "candidate_column": candidate_column,
-            "on_bad_record": options.on_bad_record,
-            "source": "input",
-        },
+        encode=None,
+        encode_fn=EncodeLabelsFn(
+            {
+                "unit_column": unit_column,
+                "candidate_column": candidate_column,
+                "on_bad_record": options.on_bad_record,
+                "source": "input",
+            }
+        ),
         combine_fn=KeySelectionFn(spec, top, candidate_column),
         bounds=bounds,
         num_shards=options.num_shards,
         salt=options.salt,
-        encode_labels=True,
         max_windows_per_unit=windows,
     )
     return plan, spec
@@ -162,7 +168,7 @@ def top_after_key_selection(
     candidate_column: str,
     unit_column: str | None,
     options: CommonOptions,
-) -> tuple[Plan, str, dict[str, Any]]:
+) -> Built:
     """The plan of ``TopCandidates.Globally(candidates=None, key_selection=...)``."""
     if not isinstance(selection, KeySelection):
         raise TypeError("'key_selection' must be a KeySelection")
@@ -210,7 +216,14 @@ def top_after_key_selection(
         key_selection_delta=spec.delta,
         max_candidates_per_unit=spec.max_candidates_per_unit,
     )
-    return plan, budget.name, display
+    return Built(
+        plan,
+        release_name=budget.name,
+        keys_per_unit=1,
+        display=display,
+        mechanism=options.mechanism,
+        rounds=options.k,
+    )
 
 
 class SelectCandidates:
@@ -222,7 +235,7 @@ class SelectCandidates:
         transform (e.g. as a PCollection side input) is post-processing.
     """
 
-    class Globally(SelectionTransform):
+    class Globally(PrivateTransform):
         """Select labels over the whole (windowed) input; one release per window.
 
         Args:
@@ -277,16 +290,20 @@ class SelectCandidates:
                 top=None,
             )
             self._finish(
-                plan,
-                release_name=spec.name,
-                keys_per_unit=1,
-                display={
-                    "name": spec.name,
-                    "mechanism": "partition_selection",
-                    "epsilon": spec.epsilon,
-                    "delta": spec.delta,
-                    "max_candidates_per_unit": spec.max_candidates_per_unit,
-                    "max_windows_per_unit": spec.max_windows_per_unit,
-                    "privacy_unit": "record" if plan.bounds is None else "unit_column",
-                },
+                Built(
+                    plan,
+                    release_name=spec.name,
+                    keys_per_unit=1,
+                    display={
+                        "name": spec.name,
+                        "mechanism": "partition_selection",
+                        "epsilon": spec.epsilon,
+                        "delta": spec.delta,
+                        "max_candidates_per_unit": spec.max_candidates_per_unit,
+                        "max_windows_per_unit": spec.max_windows_per_unit,
+                        "privacy_unit": "record" if plan.bounds is None else "unit_column",
+                    },
+                    mechanism="partition_selection",
+                    rounds=1,
+                )
             )

@@ -48,7 +48,7 @@ Privacy, common to every transform here:
   window
   (:func:`~beam_dp.beam.bounding.check_windowing`). A window releases if and only if it holds
   at least one input element (even if all its records are dropped as bad, unknown or by
-  bounding; the rule, :func:`~beam_dp.beam.selection_core.window_markers`, is the quantile
+  bounding; the rule, :func:`~beam_dp.beam.plan.window_markers`, is the quantile
   transforms' too); a window without any element releases nothing, so *which windows exist*
   is not protected: if it must be, feed one empty batch (``{}``) per window as a heartbeat.
 * **``.PerKey``**: one selection per public key (``keys``; records with other keys are
@@ -59,7 +59,7 @@ Privacy, common to every transform here:
   key's selection runs at ``ε / (m·w)``; with a budget share accounted by zCDP each gets
   ``ρ / (m·w)`` and runs at ``ε / √(m·w)`` (rounded down, exactly). So the whole ``.PerKey``
   release is ε-DP (or costs the share's ρ): parallel composition when ``m·w = 1``, composition
-  over the releases a unit can reach otherwise (:func:`~beam_dp.beam.selection_spec.split_share`).
+  over the releases a unit can reach otherwise (:func:`~beam_dp.beam.options.split_share`).
 * **``replace`` with keys or windows**: the number of records in each key and window is
   public, as the dataset size is under ``replace``; a neighbour changes a unit's records
   within the keys and windows they are in (the seed's villages: a vote is switched, the voter
@@ -88,27 +88,30 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Unpack
 
-import apache_beam as beam
 import numpy as np
 from apache_beam.pvalue import PCollection
 
-from beam_dp._validation import Relation, check_positive_finite
-from beam_dp.batching import ContributionBounds, PublicIndex
+from beam_dp.batching import ContributionBounds
+from beam_dp.beam.custom_selection import ExponentialSelect
 from beam_dp.beam.key_selection import KeySelection, SelectCandidates, top_after_key_selection
-from beam_dp.beam.selection_combiners import CandidateCountsFn, CustomScoreFn, RevenueFn
-from beam_dp.beam.selection_core import (
+from beam_dp.beam.options import (
+    CommonOptions,
     KeyOptions,
-    Plan,
-    SelectionTransform,
+    PerKeyOptions,
+    PrivateOptions,
     check_column,
-    describe,
-    resolve_candidates,
-    static_labels,
 )
-from beam_dp.beam.selection_spec import CommonOptions, EpsilonLike, SelectionSpec, nearest_float
-from beam_dp.mechanisms import Method, RandomSource
+from beam_dp.beam.plan import Built, PrivateTransform
+from beam_dp.beam.selection_combiners import (
+    CandidateCountsFn,
+    RevenueFn,
+    public_index,
+    resolve_candidates,
+    selection_plan,
+)
+from beam_dp.beam.selection_spec import SelectionSpec, ledger_bounds, nearest_float
 from beam_dp.release import ledger_entries_to_record
 from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
 from beam_dp.summaries.counts import PER_UNIT_RULES
@@ -124,13 +127,6 @@ __all__ = [
 ]
 
 Candidates = Sequence[Any] | str | os.PathLike[str] | PCollection
-PublicList = Sequence[Any] | str | os.PathLike[str]
-
-_Built = tuple[Plan, str, int, dict[str, Any]]
-
-
-def _record_level_bounds(record_level: bool) -> dict[str, int]:
-    return {"record_level_privacy": 1} if record_level else {}
 
 
 # --------------------------------------------------------------------------- top candidates
@@ -145,7 +141,7 @@ def _top_candidates(
     unit_column: str | None,
     max_candidates_per_unit: int | None,
     key_selection: KeySelection | None,
-) -> _Built:
+) -> Built:
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
     if max_candidates_per_unit is not None:
@@ -159,13 +155,12 @@ def _top_candidates(
             )
         if keys.keys is not None:
             raise ValueError("DP key selection is available with .Globally only")
-        plan, name, display = top_after_key_selection(
+        return top_after_key_selection(
             key_selection,
             candidate_column=candidate_column,
             unit_column=unit_column,
             options=options,
         )
-        return plan, name, 1, display
     if key_selection is not None:
         raise ValueError(
             "'key_selection' applies only when the candidates are not public "
@@ -178,52 +173,38 @@ def _top_candidates(
     budget = options.budget("top_candidates")
     # The count's sensitivity is 1 whatever a unit names; no bound on the candidates per
     # unit is needed, and an absent bound is left out of the ledger.
-    ledger = {
-        **_record_level_bounds(record_level),
-        **keys.ledger_bounds(record_level),
-        "max_windows_per_unit": windows,
-    }
+    own: dict[str, int] = {}
     if record_level:
         bounds = None
-        ledger["max_candidates_per_unit"] = 1
+        own["max_candidates_per_unit"] = 1
     else:
         bounds = ContributionBounds(
             max_contributions_per_unit=max_candidates_per_unit,
             max_keys_per_unit=keys.max_keys_per_unit,
             distinct_candidates=True,
         )
-        ledger["distinct_candidates"] = 1
+        own["distinct_candidates"] = 1
         if max_candidates_per_unit is not None:
-            ledger["max_candidates_per_unit"] = max_candidates_per_unit
+            own["max_candidates_per_unit"] = max_candidates_per_unit
     spec = SelectionSpec.for_score(
         DistinctUnitCount(num_candidates=len(labels) if labels else 1),
         budget=keys.split(budget, record_level, windows),
         statistic="top_candidates",
         options=options,
-        bounds=ledger,
+        bounds=ledger_bounds(own, keys, record_level, windows),
     )
-    encode = {
-        "unit_column": unit_column,
-        "candidate_column": candidate_column,
-        "on_bad_record": options.on_bad_record,
-        **keys.encode_options(),
-    }
-    plan = Plan(
-        encode=encode if side is not None else {**encode, "candidates": _index(labels)},
+    return selection_plan(
+        spec,
+        options=options,
+        keys=keys,
+        unit_column=unit_column,
+        encode={"candidate_column": candidate_column, "candidates": public_index(labels)},
         combine_fn=CandidateCountsFn(spec, labels),
         bounds=bounds,
-        num_shards=options.num_shards,
-        salt=options.salt,
-        max_windows_per_unit=windows,
-        side_candidates=side,
-        keys=keys.keys,
+        labels=labels,
+        side=side,
+        epsilon_total=budget.epsilon,
     )
-    display = describe(spec, labels=labels, bounds=bounds, keys=keys, epsilon_total=budget.epsilon)
-    return plan, budget.name, keys.keys_per_unit(record_level), display
-
-
-def _index(labels: tuple[Any, ...] | None) -> PublicIndex | None:
-    return None if labels is None else PublicIndex(labels)
 
 
 class TopCandidates:
@@ -240,24 +221,16 @@ class TopCandidates:
         candidates: public labels (a sequence, a file path, or a PCollection side input), or
             None with ``key_selection`` (``.Globally`` only).
         unit_column: the privacy-unit field; None for record-level privacy.
-        epsilon: a float or an allocated ``BudgetShare`` (its mechanism must be ``method``,
-            with ``_top_k`` and ``rounds=k`` when ``k > 1``).
-        k: how many candidates to release.
-        method: ``"permute_and_flip"`` (default) or ``"exponential"``.
-        relation: ``"add_remove"`` (default) or ``"replace"``.
+        k: how many candidates to release (a ``BudgetShare`` as ``epsilon`` must then be of
+            mechanism ``method + "_top_k"`` with ``rounds=k``).
         max_candidates_per_unit: distinct candidates kept per unit (None: no bound).
-        key_selection: a :class:`KeySelection` when ``candidates`` is None.
-        name: release name (default ``"top_candidates"``; the share's name with a share).
-        confidence: confidence level of ``accuracy.score_loss``.
-        num_shards: parallelism of contribution bounding.
-        salt: decides which rows survive a bound (random per pipeline by default).
-        on_bad_record: ``"fail"`` or ``"skip"``.
-        rng: None (the OS CSPRNG); a seeded source for tests only (it is copied to every
-            worker, so workers repeat each other's draws).
-        key_column, keys, max_keys_per_unit (``.PerKey``): the key field, the public keys
-            (a sequence or a file path) and the keys kept per unit (None: no bound).
-        max_windows_per_unit: on windowed input, the windows a unit keeps rows in (enforced;
-            default 1); each window's release runs at ``ε / max_windows_per_unit``.
+        key_selection: a :class:`KeySelection` when ``candidates`` is None (``.Globally``).
+        **options: the options every private transform takes
+            (:class:`~beam_dp.beam.options.PrivateOptions`: ``epsilon`` (required),
+            ``method``, ``relation``, ``name`` (default ``"top_candidates"``), ``confidence``,
+            ``num_shards``, ``salt``, ``on_bad_record``, ``rng``, ``max_windows_per_unit``),
+            and for ``.PerKey`` the keys (:class:`~beam_dp.beam.options.PerKeyOptions`:
+            ``key_column``, ``keys``, ``max_keys_per_unit``).
 
     Privacy:
         Sensitivity 1 under both relations, whatever ``max_candidates_per_unit`` (each
@@ -267,7 +240,7 @@ class TopCandidates:
         them. See the module docstring for windows, ``.PerKey`` and record-level privacy.
     """
 
-    class Globally(SelectionTransform):
+    class Globally(PrivateTransform):
         """Top candidate(s) over the whole input, one release per window."""
 
         NAMESPACE = "TopCandidates"
@@ -279,46 +252,26 @@ class TopCandidates:
             candidate_column: str,
             candidates: Candidates | None,
             unit_column: str | None,
-            epsilon: EpsilonLike,
             k: int = 1,
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
             max_candidates_per_unit: int | None = None,
             key_selection: KeySelection | None = None,
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PrivateOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                k=k,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
+            common, keys = self._options(options, k=k)
+            self._finish(
+                _top_candidates(
+                    common,
+                    keys,
+                    candidate_column=candidate_column,
+                    candidates=candidates,
+                    unit_column=unit_column,
+                    max_candidates_per_unit=max_candidates_per_unit,
+                    key_selection=key_selection,
+                )
             )
-            plan, release_name, reach, display = _top_candidates(
-                options,
-                KeyOptions(),
-                candidate_column=candidate_column,
-                candidates=candidates,
-                unit_column=unit_column,
-                max_candidates_per_unit=max_candidates_per_unit,
-                key_selection=key_selection,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
 
-    class PerKey(SelectionTransform):
+    class PerKey(PrivateTransform):
         """Top candidate(s) per public key (e.g. per country), one release per key."""
 
         NAMESPACE = "TopCandidates"
@@ -330,48 +283,25 @@ class TopCandidates:
             candidate_column: str,
             candidates: Candidates,
             unit_column: str | None,
-            key_column: str,
-            keys: PublicList,
-            epsilon: EpsilonLike,
-            max_keys_per_unit: int | None = None,
             k: int = 1,
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
             max_candidates_per_unit: int | None = None,
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PerKeyOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                k=k,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
-            )
+            common, keys = self._options(options, k=k)
             if candidates is None:
                 raise ValueError("TopCandidates.PerKey needs public 'candidates'")
-            plan, release_name, reach, display = _top_candidates(
-                options,
-                KeyOptions.per_key(key_column, keys, max_keys_per_unit),
-                candidate_column=candidate_column,
-                candidates=candidates,
-                unit_column=unit_column,
-                max_candidates_per_unit=max_candidates_per_unit,
-                key_selection=None,
+            self._finish(
+                _top_candidates(
+                    common,
+                    keys,
+                    candidate_column=candidate_column,
+                    candidates=candidates,
+                    unit_column=unit_column,
+                    max_candidates_per_unit=max_candidates_per_unit,
+                    key_selection=None,
+                )
             )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
 
 
 # --------------------------------------------------------------------------- best price
@@ -385,7 +315,7 @@ def _best_price(
     unit_column: str | None,
     prices: Sequence[Any] | None,
     per_unit: str,
-) -> _Built:
+) -> Built:
     check_column(value_column, "value_column")
     check_column(unit_column, "unit_column", optional=True)
     if per_unit not in PER_UNIT_RULES:
@@ -414,31 +344,22 @@ def _best_price(
         budget=keys.split(budget, record_level, windows),
         statistic="best_price",
         options=options,
-        bounds={
-            **score.contribution_bounds,
-            **_record_level_bounds(record_level),
-            **keys.ledger_bounds(record_level),
-            "max_windows_per_unit": windows,
-        },
+        bounds=ledger_bounds(score.contribution_bounds, keys, record_level, windows),
     )
     rule = None if record_level else per_unit
-    plan = Plan(
-        encode={
-            "unit_column": unit_column,
-            "value_column": value_column,
-            "on_bad_record": options.on_bad_record,
-            **keys.encode_options(),
-        },
+    built = selection_plan(
+        spec,
+        options=options,
+        keys=keys,
+        unit_column=unit_column,
+        encode={"value_column": value_column},
         combine_fn=RevenueFn(spec, labels, thresholds, scaled, rule),
         bounds=bounds,
-        num_shards=options.num_shards,
-        salt=options.salt,
-        max_windows_per_unit=windows,
-        keys=keys.keys,
+        labels=labels,
+        epsilon_total=budget.epsilon,
     )
-    display = describe(spec, labels=labels, bounds=bounds, keys=keys, epsilon_total=budget.epsilon)
-    display["per_unit"] = "record" if rule is None else rule
-    return plan, budget.name, keys.keys_per_unit(record_level), display
+    built.display["per_unit"] = "record" if rule is None else rule
+    return built
 
 
 class BestPrice:
@@ -456,12 +377,9 @@ class BestPrice:
         value_column: the willingness-to-pay field (numeric; NaN and null are bad records).
         unit_column: the privacy-unit field; None for record-level privacy (each record is
             one buyer).
-        epsilon: a float or an allocated ``BudgetShare``.
         prices: the public grid: exact decimals, strictly increasing (default 0.01 ... 1.99).
         per_unit: ``"max"`` (default), ``"min"`` or ``"mean"``.
-        method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
-        :class:`TopCandidates`.
+        **options: as in :class:`TopCandidates` (``name`` defaults to ``"best_price"``).
 
     Privacy:
         Sensitivity ``max(prices)`` under both relations, monotone under both (one value per
@@ -469,7 +387,7 @@ class BestPrice:
         for windows, ``.PerKey`` and record-level privacy.
     """
 
-    class Globally(SelectionTransform):
+    class Globally(PrivateTransform):
         """The best price over the whole input, one release per window."""
 
         NAMESPACE = "BestPrice"
@@ -480,43 +398,24 @@ class BestPrice:
             *,
             value_column: str,
             unit_column: str | None,
-            epsilon: EpsilonLike,
             prices: Sequence[Any] | None = None,
             per_unit: str = "max",
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PrivateOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
+            common, keys = self._options(options)
+            self._finish(
+                _best_price(
+                    common,
+                    keys,
+                    value_column=value_column,
+                    unit_column=unit_column,
+                    prices=prices,
+                    per_unit=per_unit,
+                )
             )
-            plan, release_name, reach, display = _best_price(
-                options,
-                KeyOptions(),
-                value_column=value_column,
-                unit_column=unit_column,
-                prices=prices,
-                per_unit=per_unit,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
 
-    class PerKey(SelectionTransform):
+    class PerKey(PrivateTransform):
         """The best price per public key (e.g. per country), one release per key."""
 
         NAMESPACE = "BestPrice"
@@ -527,44 +426,22 @@ class BestPrice:
             *,
             value_column: str,
             unit_column: str | None,
-            key_column: str,
-            keys: PublicList,
-            epsilon: EpsilonLike,
-            max_keys_per_unit: int | None = None,
             prices: Sequence[Any] | None = None,
             per_unit: str = "max",
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PerKeyOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
+            common, keys = self._options(options)
+            self._finish(
+                _best_price(
+                    common,
+                    keys,
+                    value_column=value_column,
+                    unit_column=unit_column,
+                    prices=prices,
+                    per_unit=per_unit,
+                )
             )
-            plan, release_name, reach, display = _best_price(
-                options,
-                KeyOptions.per_key(key_column, keys, max_keys_per_unit),
-                value_column=value_column,
-                unit_column=unit_column,
-                prices=prices,
-                per_unit=per_unit,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
 
 
 # --------------------------------------------------------------------------- election
@@ -578,7 +455,7 @@ def _election(
     candidates: Candidates,
     unit_column: str | None,
     score: str,
-) -> _Built:
+) -> Built:
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
     if score not in ("plurality", "margin"):
@@ -610,32 +487,20 @@ def _election(
         budget=keys.split(budget, record_level, windows),
         statistic="election",
         options=options,
-        bounds={
-            **score_object.contribution_bounds,
-            **_record_level_bounds(record_level),
-            **keys.ledger_bounds(record_level),
-            "max_windows_per_unit": windows,
-        },
+        bounds=ledger_bounds(score_object.contribution_bounds, keys, record_level, windows),
     )
-    encode = {
-        "unit_column": unit_column,
-        "candidate_column": candidate_column,
-        "on_bad_record": options.on_bad_record,
-        **keys.encode_options(),
-    }
-    plan = Plan(
-        encode=encode if side is not None else {**encode, "candidates": _index(labels)},
+    return selection_plan(
+        spec,
+        options=options,
+        keys=keys,
+        unit_column=unit_column,
+        encode={"candidate_column": candidate_column, "candidates": public_index(labels)},
         combine_fn=CandidateCountsFn(spec, labels, "margin" if score == "margin" else "counts"),
         bounds=bounds,
-        num_shards=options.num_shards,
-        salt=options.salt,
-        max_windows_per_unit=windows,
-        side_candidates=side,
-        keys=keys.keys,
+        labels=labels,
+        side=side,
+        epsilon_total=budget.epsilon,
     )
-    display = describe(spec, labels=labels, bounds=bounds, keys=keys, epsilon_total=budget.epsilon)
-    display["score"] = score
-    return plan, budget.name, keys.keys_per_unit(record_level), display
 
 
 class Election:
@@ -653,11 +518,8 @@ class Election:
         candidates: the public candidates (a sequence, a file path, or a PCollection side
             input for plurality).
         unit_column: the voter field; None when each record is one voter's only vote.
-        epsilon: a float or an allocated ``BudgetShare``.
         score: ``"plurality"`` (default) or ``"margin"``.
-        method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
-        :class:`TopCandidates`.
+        **options: as in :class:`TopCandidates` (``name`` defaults to ``"election"``).
 
     Privacy:
         Plurality: sensitivity 1, monotone under ``add_remove`` only. Margin: sensitivity 1
@@ -665,7 +527,7 @@ class Election:
         the module docstring for windows, ``.PerKey`` and record-level privacy.
     """
 
-    class Globally(SelectionTransform):
+    class Globally(PrivateTransform):
         """The winner over the whole input, one release per window."""
 
         NAMESPACE = "Election"
@@ -677,42 +539,23 @@ class Election:
             candidate_column: str,
             candidates: Candidates,
             unit_column: str | None,
-            epsilon: EpsilonLike,
             score: str = "plurality",
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PrivateOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
+            common, keys = self._options(options)
+            self._finish(
+                _election(
+                    common,
+                    keys,
+                    candidate_column=candidate_column,
+                    candidates=candidates,
+                    unit_column=unit_column,
+                    score=score,
+                )
             )
-            plan, release_name, reach, display = _election(
-                options,
-                KeyOptions(),
-                candidate_column=candidate_column,
-                candidates=candidates,
-                unit_column=unit_column,
-                score=score,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
 
-    class PerKey(SelectionTransform):
+    class PerKey(PrivateTransform):
         """One winner per public key (e.g. per village), one release per key."""
 
         NAMESPACE = "Election"
@@ -724,292 +567,18 @@ class Election:
             candidate_column: str,
             candidates: Candidates,
             unit_column: str | None,
-            key_column: str,
-            keys: PublicList,
-            epsilon: EpsilonLike,
-            max_keys_per_unit: int | None = None,
             score: str = "plurality",
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
+            **options: Unpack[PerKeyOptions],
         ) -> None:
             super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
+            common, keys = self._options(options)
+            self._finish(
+                _election(
+                    common,
+                    keys,
+                    candidate_column=candidate_column,
+                    candidates=candidates,
+                    unit_column=unit_column,
+                    score=score,
+                )
             )
-            plan, release_name, reach, display = _election(
-                options,
-                KeyOptions.per_key(key_column, keys, max_keys_per_unit),
-                candidate_column=candidate_column,
-                candidates=candidates,
-                unit_column=unit_column,
-                score=score,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
-
-
-# --------------------------------------------------------------------------- custom scores
-
-
-def _custom(
-    options: CommonOptions,
-    keys: KeyOptions,
-    *,
-    score_fn: beam.CombineFn,
-    candidates: PublicList,
-    sensitivity: float | Fraction,
-    monotone: bool,
-    unit_column: str | None,
-    candidate_column: str | None,
-    value_column: str | None,
-    bounds: ContributionBounds | None,
-    statistic: str,
-) -> _Built:
-    if not isinstance(score_fn, beam.CombineFn):
-        raise TypeError(
-            f"'score_fn' must be a beam.CombineFn; received type {type(score_fn).__name__}"
-        )
-    check_positive_finite(sensitivity, "sensitivity")
-    if not isinstance(monotone, bool):
-        raise TypeError(f"'monotone' must be a bool; received type {type(monotone).__name__}")
-    requested = ContributionBounds() if bounds is None else bounds
-    if not isinstance(requested, ContributionBounds):
-        raise TypeError("'bounds' must be a beam_dp.batching.ContributionBounds")
-    if not isinstance(statistic, str) or not statistic:
-        raise ValueError(f"'statistic' must be a non-empty string; received {statistic!r}")
-    for column, field in (
-        (unit_column, "unit_column"),
-        (candidate_column, "candidate_column"),
-        (value_column, "value_column"),
-    ):
-        check_column(column, field, optional=True)
-    labels = static_labels(candidates)
-    options.check_k(len(labels))
-    record_level = unit_column is None
-    windows = options.windows_per_unit(record_level)
-    budget = options.budget(statistic)
-    one_key = keys.split(budget, record_level, windows)
-    enforced = (
-        None
-        if record_level
-        else ContributionBounds(
-            max_contributions_per_unit=requested.max_contributions_per_unit,
-            max_keys_per_unit=keys.max_keys_per_unit,
-            distinct_candidates=requested.distinct_candidates,
-        )
-    )
-    ledger = {} if record_level else requested.to_dict()
-    spec = SelectionSpec(
-        name=budget.name,
-        statistic=statistic,
-        method=options.method,
-        k=options.k,
-        epsilon=one_key.epsilon,
-        rho=one_key.rho,
-        selection_sensitivity=Fraction(sensitivity),
-        sensitivity=float(sensitivity),
-        monotone=monotone,
-        relation=options.relation,
-        contribution_bounds={
-            **ledger,
-            **_record_level_bounds(record_level),
-            **keys.ledger_bounds(record_level),
-            "max_windows_per_unit": windows,
-        },
-        confidence=options.confidence,
-        rng=options.rng,
-    )
-    plan = Plan(
-        encode={
-            "unit_column": unit_column,
-            "candidate_column": candidate_column,
-            "candidates": None if candidate_column is None else _index(labels),
-            "value_column": value_column,
-            "on_bad_record": options.on_bad_record,
-            **keys.encode_options(),
-        },
-        combine_fn=CustomScoreFn(spec, labels, score_fn),
-        bounds=enforced,
-        num_shards=options.num_shards,
-        salt=options.salt,
-        max_windows_per_unit=windows,
-        keys=keys.keys,
-    )
-    display = describe(
-        spec, labels=labels, bounds=enforced, keys=keys, epsilon_total=budget.epsilon
-    )
-    display["score_fn"] = type(score_fn).__name__
-    return plan, budget.name, keys.keys_per_unit(record_level), display
-
-
-class ExponentialSelect:
-    """Private selection with a user's score: a ``CombineFn`` plus its declared sensitivity.
-
-    ``score_fn`` is a ``beam.CombineFn`` whose inputs are encoded column batches (dicts of
-    numpy arrays): ``"unit"`` (the stable unit hash; absent with record-level privacy),
-    ``"candidate"`` (the position in ``candidates``, if ``candidate_column`` is given),
-    ``"value"`` (float64, if ``value_column`` is given) and ``"key"``. Every batch holds *all*
-    the bounded rows of each unit in it, so per-unit logic can run inside ``add_input``. Its
-    ``extract_output`` returns one score per candidate (ints, floats or Fractions; higher is
-    better). The library enforces ``bounds`` and runs the same exact selection and release as
-    the built-in scores.
-
-    Args (both variants):
-        score_fn: the score ``CombineFn``.
-        candidates: the public labels (a sequence or a file path).
-        epsilon: a float or an allocated ``BudgetShare``.
-        sensitivity: the declared sensitivity in the score's units (> 0, finite).
-        monotone: the declared monotonicity under ``relation``.
-        unit_column: the privacy-unit field; None for record-level privacy.
-        candidate_column, value_column: fields encoded for ``score_fn``.
-        bounds: the contribution bounds to enforce (default: one row per unit; its
-            ``max_keys_per_unit`` is replaced by the ``.PerKey`` argument).
-        statistic: the ledger's statistic name (default ``"custom"``).
-        k, method, relation, name, confidence, num_shards, salt, on_bad_record, rng,
-        key_column, keys, max_keys_per_unit, max_windows_per_unit: as in
-        :class:`TopCandidates`.
-
-    Privacy:
-        The caller declares ``sensitivity`` (the largest change of any candidate's score
-        between neighbours under ``relation``, given ``bounds``) and ``monotone``; the
-        guarantee is only as good as that declaration. Releases the chosen label(s).
-    """
-
-    class Globally(SelectionTransform):
-        """Select over the whole input, one release per window."""
-
-        NAMESPACE = "ExponentialSelect"
-        VARIANT = "Globally"
-
-        def __init__(
-            self,
-            score_fn: beam.CombineFn,
-            *,
-            candidates: PublicList,
-            epsilon: EpsilonLike,
-            sensitivity: float | Fraction,
-            monotone: bool,
-            unit_column: str | None,
-            candidate_column: str | None = None,
-            value_column: str | None = None,
-            bounds: ContributionBounds | None = None,
-            k: int = 1,
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            statistic: str = "custom",
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
-        ) -> None:
-            super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                k=k,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
-            )
-            plan, release_name, reach, display = _custom(
-                options,
-                KeyOptions(),
-                score_fn=score_fn,
-                candidates=candidates,
-                sensitivity=sensitivity,
-                monotone=monotone,
-                unit_column=unit_column,
-                candidate_column=candidate_column,
-                value_column=value_column,
-                bounds=bounds,
-                statistic=statistic,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
-
-    class PerKey(SelectionTransform):
-        """One selection per public key, one release per key."""
-
-        NAMESPACE = "ExponentialSelect"
-        VARIANT = "PerKey"
-
-        def __init__(
-            self,
-            score_fn: beam.CombineFn,
-            *,
-            candidates: PublicList,
-            epsilon: EpsilonLike,
-            sensitivity: float | Fraction,
-            monotone: bool,
-            unit_column: str | None,
-            key_column: str,
-            keys: PublicList,
-            max_keys_per_unit: int | None = None,
-            candidate_column: str | None = None,
-            value_column: str | None = None,
-            bounds: ContributionBounds | None = None,
-            k: int = 1,
-            method: Method = "permute_and_flip",
-            relation: Relation = "add_remove",
-            name: str | None = None,
-            statistic: str = "custom",
-            confidence: float = 0.95,
-            num_shards: int = 32,
-            salt: int | None = None,
-            on_bad_record: str = "fail",
-            rng: RandomSource | None = None,
-            max_windows_per_unit: int = 1,
-        ) -> None:
-            super().__init__()
-            options = CommonOptions(
-                epsilon=epsilon,
-                method=method,
-                relation=relation,
-                k=k,
-                name=name,
-                confidence=confidence,
-                num_shards=num_shards,
-                salt=salt,
-                on_bad_record=on_bad_record,
-                rng=rng,
-                max_windows_per_unit=max_windows_per_unit,
-            )
-            plan, release_name, reach, display = _custom(
-                options,
-                KeyOptions.per_key(key_column, keys, max_keys_per_unit),
-                score_fn=score_fn,
-                candidates=candidates,
-                sensitivity=sensitivity,
-                monotone=monotone,
-                unit_column=unit_column,
-                candidate_column=candidate_column,
-                value_column=value_column,
-                bounds=bounds,
-                statistic=statistic,
-            )
-            self._finish(plan, release_name=release_name, keys_per_unit=reach, display=display)
-
-
-# --------------------------------------------------------------------------- accounting

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,20 +26,26 @@ from beam_dp._validation import (
     check_probability_open,
     check_relation,
 )
-from beam_dp.accounting import BudgetShare
-from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
-from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
-from beam_dp.mechanisms import (
-    METHODS,
-    Method,
-    RandomSource,
-    as_random_source,
-    select,
-    top_k,
+from beam_dp.batching import ContributionBounds
+from beam_dp.beam.options import (
+    CommonOptions,
+    EpsilonLike,
+    KeyOptions,
+    ResolvedBudget,
+    check_windows_per_unit,
+    effective_keys_per_unit,
+    mechanism_name,
+    read_labels,
+    resolve_budget,
+    split_share,
 )
+from beam_dp.mechanisms import Method, RandomSource, as_random_source, select, top_k
+from beam_dp.mechanisms.selection import check_method
 from beam_dp.release import Release, make_release, selection_statement
 from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
 
+# The options, budget and label rules live in beam_dp.beam.options and method names in
+# beam_dp.mechanisms.selection; the names stay importable from here.
 __all__ = [
     "CommonOptions",
     "EpsilonLike",
@@ -50,17 +54,16 @@ __all__ = [
     "accuracy_kind_of",
     "check_method",
     "check_windows_per_unit",
+    "describe",
     "effective_keys_per_unit",
+    "ledger_bounds",
     "mechanism_name",
     "nearest_float",
     "read_labels",
     "resolve_budget",
     "sorted_labels",
-    "split_over_keys",
     "split_share",
 ]
-
-EpsilonLike = float | BudgetShare
 
 _ACCURACY_KINDS = ("distinct_count", "votes", "margin", "revenue", "score")
 
@@ -79,84 +82,6 @@ def accuracy_kind_of(score: Score) -> str:
     return "score"
 
 
-def check_method(method: object) -> Method:
-    """Return ``method`` if it is ``"permute_and_flip"`` or ``"exponential"``."""
-    if method == "permute_and_flip":
-        return "permute_and_flip"
-    if method == "exponential":
-        return "exponential"
-    raise ValueError(f"'method' must be one of {list(METHODS)}; received {method!r}")
-
-
-def mechanism_name(method: Method, k: int) -> str:
-    """The ledger's mechanism name for ``k`` selections with ``method``."""
-    return method if k == 1 else f"{method}_top_k"
-
-
-@dataclass(frozen=True)
-class ResolvedBudget:
-    """A selection's privacy parameters after reading a float or a budget share.
-
-    Attributes:
-        name: the release (share) name.
-        epsilon: ε over the ``rounds`` selections of one release.
-        rho: zCDP cost of one release when the share is accounted by zCDP, else None.
-        mechanism: the ledger's mechanism name (decides the zCDP rate when ``rho`` is set).
-        rounds: how many equal rounds ``epsilon`` is split into (k for top-k).
-    """
-
-    name: str
-    epsilon: float
-    rho: float | None
-    mechanism: str | None = None
-    rounds: int = 1
-
-
-def resolve_budget(
-    epsilon: object, *, name: str | None, default_name: str, mechanism: str, rounds: int
-) -> ResolvedBudget:
-    """Read ``epsilon`` (a float or an allocated :class:`BudgetShare`) for one transform.
-
-    A share must be allocated (``PrivacyBudget.finalize()`` or ``spend()`` ran), be for the
-    same mechanism as the transform (so that permute-and-flip is never accounted with the
-    exponential mechanism's zCDP rate) and cover ``rounds`` selections (``k`` for top-k).
-
-    Raises:
-        ValueError: naming the parameter and the rule, before any pipeline runs.
-    """
-    if isinstance(epsilon, BudgetShare):
-        if not epsilon.allocated:
-            raise ValueError(
-                f"budget share {epsilon.name!r} has no epsilon yet: call "
-                "PrivacyBudget.finalize() before building the transform"
-            )
-        if epsilon.mechanism != mechanism:
-            raise ValueError(
-                f"budget share {epsilon.name!r} was requested for mechanism "
-                f"{epsilon.mechanism!r}, but this transform runs {mechanism!r}; request the "
-                "share with the transform's mechanism (its method, and k for top-k, decide it)"
-            )
-        if epsilon.rounds != rounds:
-            raise ValueError(
-                f"budget share {epsilon.name!r} covers rounds={epsilon.rounds}, but this "
-                f"transform composes {rounds} round(s) (k for top-k, the levels or quantiles of a "
-                f"quantile release); request it with rounds={rounds}"
-            )
-        if name is not None and name != epsilon.name:
-            raise ValueError(
-                f"'name' ({name!r}) differs from the budget share's name ({epsilon.name!r}); "
-                "releases are recorded against the share, so leave 'name' unset"
-            )
-        return ResolvedBudget(
-            epsilon.name, float(epsilon.epsilon), epsilon.rho, mechanism, int(rounds)
-        )
-    check_positive_finite(epsilon, "epsilon")
-    chosen = default_name if name is None else name
-    if not isinstance(chosen, str) or not chosen:
-        raise ValueError(f"'name' must be a non-empty string; received {chosen!r}")
-    return ResolvedBudget(chosen, float(epsilon), None, mechanism, int(rounds))  # type: ignore[arg-type]
-
-
 def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
     """Distinct labels in sorted order: the canonical candidate order for side inputs.
 
@@ -170,89 +95,6 @@ def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
             "candidate labels from a PCollection must be mutually comparable "
             "(all strings or all numbers) so that every worker orders them the same way"
         ) from None
-
-
-def read_labels(path: str | os.PathLike[str]) -> tuple[str, ...]:
-    """Public labels from a text file: one per line, surrounding blanks stripped, blank lines
-    and lines starting with ``#`` skipped."""
-    text = Path(path).read_text(encoding="utf-8")
-    labels = tuple(
-        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
-    )
-    if not labels:
-        raise ValueError(f"candidate file {os.fspath(path)!r} holds no labels")
-    return labels
-
-
-@dataclass(frozen=True)
-class CommonOptions:
-    """The parameters every selection transform shares, validated at construction.
-
-    See :mod:`beam_dp.beam.selection` for their meaning.
-    """
-
-    epsilon: EpsilonLike
-    method: Method = "permute_and_flip"
-    relation: Relation = "add_remove"
-    k: int = 1
-    name: str | None = None
-    confidence: float = 0.95
-    num_shards: int = 32
-    salt: int | None = None
-    on_bad_record: str = "fail"
-    rng: RandomSource | None = None
-    max_windows_per_unit: int = 1
-
-    def __post_init__(self) -> None:
-        check_method(self.method)
-        check_positive_int(self.max_windows_per_unit, "max_windows_per_unit")
-        check_relation(self.relation)
-        check_positive_int(self.k, "k")
-        check_probability_open(self.confidence, "confidence")
-        check_positive_int(self.num_shards, "num_shards")
-        if self.salt is not None and (
-            isinstance(self.salt, bool) or not isinstance(self.salt, int)
-        ):
-            raise TypeError(f"'salt' must be an integer or None; received {self.salt!r}")
-        if self.on_bad_record not in ("fail", "skip"):
-            raise ValueError(
-                f"'on_bad_record' must be 'fail' or 'skip'; received {self.on_bad_record!r}"
-            )
-        if self.rng is not None and not isinstance(self.rng, RandomSource):
-            raise TypeError("'rng' must be None (the OS CSPRNG) or a beam_dp RandomSource")
-        if not isinstance(self.epsilon, BudgetShare):
-            check_positive_finite(self.epsilon, "epsilon")
-
-    @property
-    def mechanism(self) -> str:
-        return mechanism_name(self.method, self.k)
-
-    def budget(self, default_name: str) -> ResolvedBudget:
-        """The resolved ε (and ρ) and release name; see :func:`resolve_budget`."""
-        return resolve_budget(
-            self.epsilon,
-            name=self.name,
-            default_name=default_name,
-            mechanism=self.mechanism,
-            rounds=self.k,
-        )
-
-    def windows_per_unit(self, record_level: bool) -> int:
-        """The windows whose releases one unit can influence (``max_windows_per_unit``).
-
-        Raises:
-            ValueError: for a bound above 1 with record-level privacy, where no unit column
-                tells a unit's windows apart (each record is in one fixed window).
-        """
-        return check_windows_per_unit(self.max_windows_per_unit, record_level)
-
-    def check_k(self, num_candidates: int | None) -> None:
-        """``k`` must not exceed the number of public candidates (when known)."""
-        if num_candidates is not None and self.k > num_candidates:
-            raise ValueError(
-                f"'k' must be at most the number of candidates ({num_candidates}); "
-                f"received {self.k}"
-            )
 
 
 @dataclass(frozen=True)
@@ -413,82 +255,38 @@ class SelectionSpec:
         }
 
 
-def effective_keys_per_unit(max_keys_per_unit: int | None, num_keys: int) -> int:
-    """How many keys' selections one unit can influence: ``min(max_keys_per_unit, keys)``."""
-    return num_keys if max_keys_per_unit is None else min(max_keys_per_unit, num_keys)
-
-
-def check_windows_per_unit(max_windows_per_unit: object, record_level: bool) -> int:
-    """Validate ``max_windows_per_unit``: an integer >= 1, and 1 with record-level privacy.
-
-    Record-level privacy has no unit column to bound a unit's windows with; a record is in
-    exactly one window because only ``FixedWindows`` are accepted then (see
-    :func:`beam_dp.beam.bounding.check_windowing`).
-    """
-    check_positive_int(max_windows_per_unit, "max_windows_per_unit")
-    if record_level and max_windows_per_unit != 1:
-        raise ValueError(
-            "'max_windows_per_unit' applies only with a 'unit_column': with unit_column=None "
-            "(record-level privacy) every record is its own unit and lies in one window; "
-            f"received {max_windows_per_unit!r}"
-        )
-    return int(max_windows_per_unit)  # type: ignore[call-overload]
-
-
-def split_share(
-    budget: ResolvedBudget, *, keys_per_unit: int = 1, windows_per_unit: int = 1
-) -> ResolvedBudget:
-    """The budget of one release when a unit can influence ``keys · windows`` releases.
-
-    A ``.PerKey`` transform releases once per public key (and every transform once per
-    window); one unit can influence ``n = keys_per_unit · windows_per_unit`` of those
-    releases, and together they must cost no more than ``budget``:
-
-    * basic composition (``budget.rho`` is None): each release runs at ``ε / n``, rounded
-      down, so that ``n`` of them never exceed ``ε``;
-    * zCDP (``budget.rho`` set): each release gets ``ρ / n`` (rounded down), and runs at the
-      largest ε whose cost at the mechanism's rate is at most that: ``ε / √n`` for the
-      mechanisms accounted by ``ρ ∝ ε²``, rounded down with exact rational arithmetic so
-      that ``n`` releases cost at most the share's ρ.
-
-    With ``n = 1`` (``.Globally``, one window per unit, or ``max_keys_per_unit=1``: parallel
-    composition) the budget is returned as it is.
-
-    Privacy:
-        The ``n`` releases one unit can reach compose to the share's ε (basic) or ρ (zCDP);
-        releases the unit cannot reach are parallel to them.
-    """
-    check_positive_int(keys_per_unit, "keys_per_unit")
-    check_positive_int(windows_per_unit, "windows_per_unit")
-    parts = keys_per_unit * windows_per_unit
-    if parts == 1:
-        return budget
-    if budget.rho is None:
-        epsilon = floor_float(Fraction(budget.epsilon) / parts)
-        return dataclasses.replace(budget, epsilon=epsilon)
-    if budget.mechanism is None:
-        raise ValueError("a zCDP budget needs its mechanism to be split over keys or windows")
-    kind = privacy_kind(budget.mechanism)
-    if kind not in ZCDP_RATE:
-        raise ValueError(
-            f"mechanism {budget.mechanism!r} has no zCDP rate to split its budget over keys "
-            "or windows"
-        )
-    rate = ZCDP_RATE[kind]
-    rho = floor_float(Fraction(budget.rho) / parts)
-    # The largest ε (over the release's rounds) with rate · ε² / rounds <= rho, exactly.
-    epsilon = epsilon_per_round_for_rho(rho, rate / budget.rounds, 1)
-    return dataclasses.replace(budget, epsilon=epsilon, rho=rho)
-
-
-def split_over_keys(budget: ResolvedBudget, keys_per_unit: int) -> ResolvedBudget:
-    """The budget of one key's selection: :func:`split_share` over ``keys_per_unit`` keys."""
-    return split_share(budget, keys_per_unit=keys_per_unit)
-
-
 def nearest_float(value: Fraction) -> float:
     """A public parameter as a float for a release value (e.g. a price)."""
     result = float(value)
     if not math.isfinite(result):
         raise ValueError("a candidate label is not representable as a finite float")
     return result
+
+
+def describe(
+    spec: SelectionSpec,
+    *,
+    labels: tuple[Any, ...] | None,
+    bounds: ContributionBounds | None,
+    keys: KeyOptions,
+    epsilon_total: float,
+) -> dict[str, Any]:
+    """Display data of a transform: public parameters only."""
+    shown = spec.display_data()
+    shown["epsilon_total"] = epsilon_total
+    shown["num_candidates"] = "side input" if labels is None else len(labels)
+    shown["privacy_unit"] = "record" if bounds is None else "unit_column"
+    if keys.keys is not None:
+        shown["num_keys"] = len(keys.keys)
+    return shown
+
+
+def ledger_bounds(
+    base: Mapping[str, int], keys: KeyOptions, record_level: bool, windows: int
+) -> dict[str, int]:
+    """Every contribution bound the ledger records: the statistic's own, record-level
+    privacy, the keys and the windows a unit reaches."""
+    bounds = dict(base)
+    if record_level:
+        bounds["record_level_privacy"] = 1
+    return {**bounds, **keys.ledger_bounds(record_level), "max_windows_per_unit": windows}

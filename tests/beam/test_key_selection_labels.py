@@ -10,8 +10,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
+from beam_dp.beam.key_selection_combiners import canonical_label_text
 from beam_dp.beam.selection import SelectCandidates
-from beam_dp.beam.selection_combiners import canonical_label_text
 from beam_dp.errors import BadRecordError
 
 

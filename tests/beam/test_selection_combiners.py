@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import CANDIDATE, UNIT, VALUE
+from beam_dp.beam.key_selection_combiners import LABEL, KeySelectionFn, KeySelectionSpec
+from beam_dp.beam.plan import EMPTY, split_by_key
 from beam_dp.beam.selection import (
     BestPrice,
     Election,
@@ -30,15 +32,7 @@ from beam_dp.beam.selection import (
     TopCandidates,
     ledger_entries_to_record,
 )
-from beam_dp.beam.selection_combiners import (
-    EMPTY,
-    LABEL,
-    CandidateCountsFn,
-    KeySelectionFn,
-    KeySelectionSpec,
-    RevenueFn,
-    split_by_key,
-)
+from beam_dp.beam.selection_combiners import CandidateCountsFn, RevenueFn
 from beam_dp.beam.selection_spec import SelectionSpec
 from beam_dp.mechanisms import InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release, make_release

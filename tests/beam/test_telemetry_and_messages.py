@@ -15,9 +15,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 
-from beam_dp.beam import bounding
+from beam_dp.beam import encoding
+from beam_dp.beam.key_selection_combiners import LABEL, KeySelectionFn, KeySelectionSpec
 from beam_dp.beam.selection import SelectCandidates, TopCandidates
-from beam_dp.beam.selection_combiners import LABEL, KeySelectionFn, KeySelectionSpec
 from beam_dp.errors import BadRecordError
 
 SECRET = "SECRET-LABEL-7f3a"
@@ -53,7 +53,7 @@ def _run_top_candidates(windowed: bool) -> set[str]:
 
 @pytest.fixture
 def progress_every_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bounding, "_PROGRESS_EVERY", 1)
+    monkeypatch.setattr(encoding, "_PROGRESS_EVERY", 1)
 
 
 def _beam_dp_log(caplog: pytest.LogCaptureFixture) -> list[str]:

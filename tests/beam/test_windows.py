@@ -263,6 +263,57 @@ def test_selection_and_quantiles_release_in_the_same_windows(collect: Any) -> No
         assert windows == expected
 
 
+def test_a_window_emptied_by_bounding_or_holding_a_heartbeat_releases_in_every_transform(
+    collect: Any,
+) -> None:
+    # One rule for all (beam_dp.beam.plan.window_markers): a window releases iff it holds an
+    # input element. Unit "s" has rows in windows 0 and 1 and keeps one of them
+    # (max_windows_per_unit=1), so bounding empties the other; window 2 holds only a
+    # heartbeat ({}). A rule on the values after bounding would drop the emptied window (and
+    # which one depends on the unit's data and the salt); every transform must release in
+    # all three.
+    rows = [
+        window.TimestampedValue({"u": ["s"], "c": ["a"], "v": [1.0]}, 1),
+        window.TimestampedValue({"u": ["s"], "c": ["a"], "v": [2.0]}, 11),
+        window.TimestampedValue({}, 21),
+    ]
+
+    def build(p: beam.Pipeline) -> Any:
+        data = windowed(p, rows)
+        values: dict[str, Any] = {"lower": 0.0, "upper": 10.0, "value_column": "v"}
+        common: dict[str, Any] = {"unit_column": "u", "epsilon": 1.0, "max_windows_per_unit": 1}
+        outputs = [
+            data
+            | "Top"
+            >> TopCandidates.Globally(candidate_column="c", candidates=["a", "b"], **common),
+            data
+            | "Vote"
+            >> Election.PerKey(
+                candidate_column="c", candidates=["a", "b"], key_column="c", keys=["a"], **common
+            ),
+            data | "Median" >> PrivateMedian.Globally(num_points=11, **values, **common),
+            data
+            | "Quartiles"
+            >> PrivateQuantiles.PerKey(
+                [0.25, 0.75], key_column="c", keys=["a"], num_points=11, **values, **common
+            ),
+            data | "Mean" >> PrivateMean.Globally(num_points=11, **values, **common),
+        ]
+        return outputs | beam.Flatten()
+
+    by_statistic: dict[str, set[str | None]] = {}
+    for release in releases_of(collect(build)):
+        by_statistic.setdefault(release.statistic, set()).add(release.window)
+    assert set(by_statistic) == {"top_candidates", "election", "median", "quantiles", "mean"}
+    expected = {
+        "[1970-01-01T00:00:00Z, 1970-01-01T00:00:10Z)",
+        "[1970-01-01T00:00:10Z, 1970-01-01T00:00:20Z)",
+        "[1970-01-01T00:00:20Z, 1970-01-01T00:00:30Z)",
+    }
+    for windows in by_statistic.values():
+        assert windows == expected
+
+
 # ------------------------------------------------------------------------ refusals
 
 

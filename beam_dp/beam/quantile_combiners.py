@@ -1,0 +1,315 @@
+"""The CombineFns behind :mod:`beam_dp.beam.quantiles` and what each release states.
+
+Every combiner follows Beam's contract: the accumulator is a
+:class:`~beam_dp.summaries.histogram.GridHistogram` over the public grid (or an
+:class:`~beam_dp.summaries.histogram.ExactSum` for the mean), batches are binned with numpy,
+``merge_accumulators`` modifies only the first accumulator, ``compact`` shrinks the state
+before a shuffle, and ``extract_output`` runs the exact sampler once on the merged
+accumulator (:mod:`beam_dp.summaries.quantiles`) and returns a
+:class:`~beam_dp.release.Release`. The specs are public parameters fixed at construction.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from beam_dp.beam.plan import values_of
+from beam_dp.mechanisms import RandomSource
+from beam_dp.release import Release, make_release, mean_statement, quantile_statement
+from beam_dp.summaries.histogram import ExactSum, Grid, GridHistogram
+from beam_dp.summaries.quantiles import (
+    MEAN_RESOLUTION,
+    CellPlan,
+    CellSelection,
+    MeanPlan,
+    MeanSelection,
+    QuantilePlan,
+    QuantileSelection,
+    combine_passes,
+    refine_grid,
+    select_cells,
+    select_mean,
+    select_quantiles,
+)
+
+__all__ = [
+    "BinFineFn",
+    "FineCombineFn",
+    "FinePartial",
+    "MeanCombineFn",
+    "MeanSpec",
+    "QuantileCombineFn",
+    "QuantileSpec",
+    "grid_error",
+]
+
+
+@dataclass(frozen=True)
+class QuantileSpec:
+    """Everything a quantile release needs after the merge (public; fixed at construction)."""
+
+    name: str
+    statistic: str
+    grid: Grid
+    plan: QuantilePlan
+    cell_plan: CellPlan | None
+    refine_points: int
+    scalar: bool
+    relation: str
+    epsilon: float
+    rho: float | None
+    bounds: Mapping[str, int]
+    confidence: float
+    rng: RandomSource | None
+
+    def release(self, selection: QuantileSelection) -> Release:
+        extra = {
+            "score_loss": selection.score_loss,
+            "rank_error": selection.rank_error,
+            "cell_width": selection.cell_width,
+        }
+        if selection.fine_rank_error is not None:
+            extra["fine_rank_error"] = selection.fine_rank_error
+        value: Any = selection.values[0] if self.scalar else list(selection.values)
+        return make_release(
+            name=self.name,
+            statistic=self.statistic,
+            value=value,
+            mechanism=self.plan.method,
+            epsilon=self.epsilon,
+            sensitivity=selection.sensitivity,
+            neighbouring=self.relation,
+            monotone=False,
+            num_candidates=selection.num_candidates,
+            contribution_bounds=self.bounds,
+            confidence=self.confidence,
+            rounds=selection.rounds,
+            extra_accuracy=extra,
+            statement=quantile_statement(
+                [float(q) for q in self.plan.quantiles],
+                rank_error=selection.rank_error,
+                confidence=self.confidence,
+                several_rounds=self.plan.split == "recursive",
+                two_pass=self.cell_plan is not None,
+            ),
+            rho=self.rho,
+            rng_secure=selection.secure,
+        )
+
+
+class QuantileCombineFn(beam.CombineFn):
+    """Grid histogram of the values; ``extract_output`` releases the private quantiles.
+
+    The accumulator is a :class:`~beam_dp.summaries.histogram.GridHistogram` (an int64 array
+    over the grid's slots, sparse while few are used). With ``coarse=True`` (the first pass
+    of the coarse-to-fine option) the output is the chosen coarse cells, a
+    :class:`~beam_dp.summaries.quantiles.CellSelection`, instead of a release.
+    """
+
+    def __init__(self, spec: QuantileSpec, *, coarse: bool = False) -> None:
+        super().__init__()
+        self._spec = spec
+        self._coarse = coarse
+
+    def create_accumulator(self) -> GridHistogram:
+        return GridHistogram(self._spec.grid.num_slots)
+
+    def add_input(self, accumulator: GridHistogram, element: Any) -> GridHistogram:
+        values = values_of(element)
+        if values.size:
+            accumulator.add_slots(self._spec.grid.slots(values))
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[GridHistogram]) -> GridHistogram:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            first.merge(other)
+        return first
+
+    def compact(self, accumulator: GridHistogram) -> GridHistogram:
+        return accumulator.compact()
+
+    def extract_output(self, accumulator: GridHistogram) -> Release | CellSelection:
+        spec = self._spec
+        if self._coarse:
+            assert spec.cell_plan is not None
+            return select_cells(accumulator, spec.grid, spec.cell_plan, rng=spec.rng)
+        return spec.release(select_quantiles(accumulator, spec.grid, spec.plan, rng=spec.rng))
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "statistic": self._spec.statistic,
+            "grid": repr(self._spec.grid),
+            "pass": "coarse" if self._coarse else "single",
+        }
+
+
+@dataclass
+class FinePartial:
+    """Second-pass accumulator: the (public) coarse outcome and a histogram on its fine grid."""
+
+    coarse: CellSelection | None
+    histogram: GridHistogram | None
+
+
+class BinFineFn(beam.DoFn):
+    """Bin a batch on the fine grid inside its key's coarse cells (a side input)."""
+
+    def __init__(self, spec: QuantileSpec) -> None:
+        super().__init__()
+        self._spec = spec
+        self._cache: dict[tuple[int, ...], Grid] = {}
+
+    def process(
+        self, element: tuple[Any, Any], coarse: Mapping[Any, CellSelection]
+    ) -> Iterator[tuple[Any, FinePartial]]:
+        key, batch = element
+        selection = coarse[key]
+        grid = self._cache.get(selection.cells)
+        if grid is None:
+            grid = refine_grid(self._spec.grid, selection.cells, self._spec.refine_points)
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[selection.cells] = grid
+        histogram = GridHistogram(grid.num_slots)
+        values = values_of(batch)
+        if values.size:
+            histogram.add_slots(grid.slots(values))
+        yield key, FinePartial(selection, histogram.compact())
+
+
+class FineCombineFn(beam.CombineFn):
+    """Merge second-pass histograms; ``extract_output`` releases the refined quantiles."""
+
+    def __init__(self, spec: QuantileSpec) -> None:
+        super().__init__()
+        self._spec = spec
+
+    def create_accumulator(self) -> FinePartial:
+        return FinePartial(None, None)
+
+    def add_input(self, accumulator: FinePartial, element: FinePartial) -> FinePartial:
+        return self.merge_accumulators([accumulator, element])
+
+    def merge_accumulators(self, accumulators: Iterable[FinePartial]) -> FinePartial:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            if other.histogram is None:
+                continue
+            if first.histogram is None:
+                first.coarse = other.coarse
+                first.histogram = GridHistogram(other.histogram.num_slots).merge(other.histogram)
+            else:
+                first.histogram.merge(other.histogram)
+        return first
+
+    def compact(self, accumulator: FinePartial) -> FinePartial:
+        if accumulator.histogram is not None:
+            accumulator.histogram.compact()
+        return accumulator
+
+    def extract_output(self, accumulator: FinePartial) -> Release:
+        spec = self._spec
+        coarse, histogram = accumulator.coarse, accumulator.histogram
+        if coarse is None or histogram is None:  # pragma: no cover - every key gets a marker
+            raise RuntimeError("the fine pass received no coarse outcome")
+        grid = refine_grid(spec.grid, coarse.cells, spec.refine_points)
+        fine = select_quantiles(histogram, grid, spec.plan, rng=spec.rng)
+        return spec.release(combine_passes(coarse, fine))
+
+
+@functools.lru_cache(maxsize=8)
+def grid_error(grid: Grid) -> float:
+    """The farthest any point of ``[lower, upper]`` is from its nearest grid point (public).
+
+    The statistic a mean estimates lies in ``[lower, upper]``, so the best grid point is at
+    most this far from it: the grid-resolution part of the mean's ``value_error``.
+    """
+    points = grid.points
+    ends = max(float(points[0]) - grid.lower, grid.upper - float(points[-1]))
+    inner = float(np.max(np.diff(points))) / 2.0 if points.size > 1 else 0.0
+    return max(ends, inner)
+
+
+@dataclass(frozen=True)
+class MeanSpec:
+    """Everything a mean release needs after the merge (public; fixed at construction)."""
+
+    name: str
+    plan: MeanPlan
+    relation: str
+    epsilon: float
+    rho: float | None
+    bounds: Mapping[str, int]
+    confidence: float
+    rng: RandomSource | None
+
+    def release(self, selection: MeanSelection) -> Release:
+        return make_release(
+            name=self.name,
+            statistic="mean",
+            value=selection.value,
+            mechanism=self.plan.method,
+            epsilon=self.epsilon,
+            sensitivity=selection.sensitivity,
+            neighbouring=self.relation,
+            monotone=False,
+            num_candidates=selection.num_candidates,
+            contribution_bounds=self.bounds,
+            confidence=self.confidence,
+            extra_accuracy={
+                "score_loss": selection.score_loss,
+                "cell_width": selection.cell_width,
+            },
+            statement=mean_statement(
+                relation=self.relation,
+                score_loss=selection.score_loss,
+                # One step of the integer scores (they are rounded down to it).
+                rounding_error=float(self.plan.sensitivity) / MEAN_RESOLUTION,
+                grid_error=grid_error(self.plan.grid),
+                confidence=self.confidence,
+                n=self.plan.n,
+            ),
+            rho=self.rho,
+            rng_secure=selection.secure,
+        )
+
+
+class MeanCombineFn(beam.CombineFn):
+    """Exact sum and count of the clamped values; ``extract_output`` releases the mean."""
+
+    def __init__(self, spec: MeanSpec) -> None:
+        super().__init__()
+        self._spec = spec
+
+    def create_accumulator(self) -> ExactSum:
+        grid = self._spec.plan.grid
+        return ExactSum(grid.lower, grid.upper)
+
+    def add_input(self, accumulator: ExactSum, element: Any) -> ExactSum:
+        values = values_of(element)
+        if values.size:
+            accumulator.add(values)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[ExactSum]) -> ExactSum:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            first.merge(other)
+        return first
+
+    def extract_output(self, accumulator: ExactSum) -> Release:
+        spec = self._spec
+        return spec.release(select_mean(accumulator, spec.plan, rng=spec.rng))
+
+    def display_data(self) -> dict[str, Any]:
+        return {"statistic": "mean", "grid": repr(self._spec.plan.grid)}
