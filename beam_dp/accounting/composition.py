@@ -27,12 +27,7 @@ from typing import ClassVar, Literal
 from beam_dp.accounting.kinds import PrivacyKind
 from beam_dp.accounting.shares import Allocation, BudgetShare, Cost, describe, exceeds
 
-__all__ = [
-    "COMPOSITIONS",
-    "Composition",
-    "CompositionRule",
-    "split_by_weight",
-]
+__all__ = ["COMPOSITIONS", "Composition", "CompositionRule", "split_by_weight"]
 
 Composition = Literal["basic", "zcdp"]
 COMPOSITIONS: tuple[Composition, ...] = ("basic", "zcdp")
