@@ -19,12 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from beam_dp._rational import positive_fraction
-from beam_dp._validation import (
-    Relation,
-    check_positive_int,
-    check_probability_open,
-    check_relation,
-)
+from beam_dp._validation import Relation, check_positive_int, check_probability_open, check_relation
 from beam_dp.mechanisms import Method, RandomSource, score_loss_bound, select
 from beam_dp.mechanisms.selection import check_method
 from beam_dp.scores._exact import decimal_fraction
@@ -37,6 +32,9 @@ __all__ = [
     "PlanBase",
     "PlanOptions",
     "Split",
+    "base_fields",
+    "bounded",
+    "check_quantile_plan",
     "check_release",
     "check_split",
     "dense_counts",
