@@ -14,10 +14,8 @@ which the pipeline enforces.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 
 from beam_dp.accounting import BudgetShare
-from beam_dp.accounting.zcdp import floor_float
 from beam_dp.batching import (
     ContributionBounds,
 )
@@ -26,6 +24,7 @@ from beam_dp.beam.options import (
     CommonOptions,
     EpsilonLike,
     KeyOptions,
+    ResolvedBudget,
     check_column,
     split_share,
 )
@@ -103,13 +102,14 @@ class KeySelection:
     ) -> KeySelectionSpec:
         """The parameters of one window's key selection (ε and δ split over the windows)."""
         name, epsilon, delta = self.resolve()
-        if windows_per_unit > 1:  # (ε, δ)-DP releases compose by basic composition
-            epsilon = floor_float(Fraction(epsilon) / windows_per_unit)
-            delta = floor_float(Fraction(delta) / windows_per_unit)
+        # (ε, δ)-DP releases compose by basic composition over the windows a unit reaches.
+        whole = ResolvedBudget(name, epsilon, None, "partition_selection", delta=delta)
+        one = split_share(whole, windows_per_unit=windows_per_unit)
+        assert one.delta is not None
         return KeySelectionSpec(
             name=name,
-            epsilon=epsilon,
-            delta=delta,
+            epsilon=one.epsilon,
+            delta=one.delta,
             max_candidates_per_unit=1 if record_level else self.max_candidates_per_unit,
             confidence=confidence,
             rng=rng,

@@ -187,6 +187,7 @@ class ResolvedBudget:
         rho: zCDP cost of one release when the share is accounted by zCDP, else None.
         mechanism: the ledger's mechanism name (decides the zCDP rate when ``rho`` is set).
         rounds: how many equal rounds ``epsilon`` is split into (k for top-k).
+        delta: δ of an (ε, δ) release (DP key selection), else None.
     """
 
     name: str
@@ -194,6 +195,7 @@ class ResolvedBudget:
     rho: float | None
     mechanism: str | None = None
     rounds: int = 1
+    delta: float | None = None
 
 
 def resolve_budget(
@@ -347,8 +349,9 @@ def split_share(
     window); one unit can influence ``n = keys_per_unit · windows_per_unit`` of those
     releases, and together they must cost no more than ``budget``:
 
-    * basic composition (``budget.rho`` is None): each release runs at ``ε / n``, rounded
-      down, so that ``n`` of them never exceed ``ε``;
+    * basic composition (``budget.rho`` is None): each release runs at ``ε / n`` (and
+      ``δ / n`` for an (ε, δ) release), rounded down, so that ``n`` of them never exceed
+      ``ε`` (and ``δ``);
     * zCDP (``budget.rho`` set): each release gets ``ρ / n`` (rounded down), and runs at the
       largest ε whose cost at the mechanism's rate is at most that: ``ε / √n`` for the
       mechanisms accounted by ``ρ ∝ ε²``, rounded down with exact rational arithmetic so
@@ -368,7 +371,8 @@ def split_share(
         return budget
     if budget.rho is None:
         epsilon = floor_float(Fraction(budget.epsilon) / parts)
-        return dataclasses.replace(budget, epsilon=epsilon)
+        delta = None if budget.delta is None else floor_float(Fraction(budget.delta) / parts)
+        return dataclasses.replace(budget, epsilon=epsilon, delta=delta)
     if budget.mechanism is None:
         raise ValueError("a zCDP budget needs its mechanism to be split over keys or windows")
     kind = privacy_kind(budget.mechanism)

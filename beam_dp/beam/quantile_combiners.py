@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import numpy as np
@@ -48,6 +48,18 @@ __all__ = [
     "QuantileSpec",
     "grid_error",
 ]
+
+
+_Mergeable = TypeVar("_Mergeable", GridHistogram, ExactSum)
+
+
+def _merge_into_first(accumulators: Iterable[_Mergeable]) -> _Mergeable:
+    """Beam's contract: merge every accumulator into the first one (the only one modified)."""
+    iterator = iter(accumulators)
+    first = next(iterator)
+    for other in iterator:
+        first.merge(other)
+    return first
 
 
 @dataclass(frozen=True)
@@ -127,11 +139,7 @@ class QuantileCombineFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[GridHistogram]) -> GridHistogram:
-        iterator = iter(accumulators)
-        first = next(iterator)
-        for other in iterator:
-            first.merge(other)
-        return first
+        return _merge_into_first(accumulators)
 
     def compact(self, accumulator: GridHistogram) -> GridHistogram:
         return accumulator.compact()
@@ -301,11 +309,7 @@ class MeanCombineFn(beam.CombineFn):
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[ExactSum]) -> ExactSum:
-        iterator = iter(accumulators)
-        first = next(iterator)
-        for other in iterator:
-            first.merge(other)
-        return first
+        return _merge_into_first(accumulators)
 
     def extract_output(self, accumulator: ExactSum) -> Release:
         spec = self._spec
