@@ -362,16 +362,32 @@ class PrivateMedian:
 
 
 def _tail_quantile(tail: object, statistic: str) -> list[Fraction]:
-    lowest = parse_quantiles([tail])[0]
-    if not lowest < Fraction(1, 2):
+    lowest = parse_quantiles([tail])
+    if not lowest[0] < Fraction(1, 2):
         raise ValueError(f"'tail' must be strictly between 0 and 0.5; received {tail!r}")
-    return [lowest if statistic == "min" else 1 - lowest]
+    return [lowest[0] if statistic == "min" else 1 - lowest[0]]
 
 
-class _Min(_QuantileTransform):
-    NAMESPACE = "PrivateMin"
-    _STATISTIC = "min"
+class _ExtremeGlobally(_QuantileTransform):
+    """``PrivateMin.Globally`` / ``PrivateMax.Globally``: the ``tail`` extreme quantile."""
+
+    VARIANT = "Globally"
     _SCALAR = True
+
+    def __init__(self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantileOptions]) -> None:
+        super().__init__(_tail_quantile(tail, self._STATISTIC), **options)
+
+
+class _ExtremePerKey(_QuantileTransform):
+    """``PrivateMin.PerKey`` / ``PrivateMax.PerKey``: the ``tail`` extreme quantile per key."""
+
+    VARIANT = "PerKey"
+    _SCALAR = True
+
+    def __init__(
+        self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantilePerKeyOptions]
+    ) -> None:
+        super().__init__(_tail_quantile(tail, self._STATISTIC), **options)
 
 
 class PrivateMin:
@@ -383,55 +399,33 @@ class PrivateMin:
     Arguments as :class:`PrivateQuantiles` without ``quantiles``, plus ``tail`` in (0, 0.5).
     """
 
-    class Globally(_Min):
+    class Globally(_ExtremeGlobally):
         """A private minimum of all the values, one release per window."""
 
-        VARIANT = "Globally"
+        NAMESPACE = "PrivateMin"
+        _STATISTIC = "min"
 
-        def __init__(
-            self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantileOptions]
-        ) -> None:
-            super().__init__(_tail_quantile(tail, "min"), **options)
-
-    class PerKey(_Min):
+    class PerKey(_ExtremePerKey):
         """A private minimum per public key."""
 
-        VARIANT = "PerKey"
-
-        def __init__(
-            self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantilePerKeyOptions]
-        ) -> None:
-            super().__init__(_tail_quantile(tail, "min"), **options)
-
-
-class _Max(_QuantileTransform):
-    NAMESPACE = "PrivateMax"
-    _STATISTIC = "max"
-    _SCALAR = True
+        NAMESPACE = "PrivateMin"
+        _STATISTIC = "min"
 
 
 class PrivateMax:
     """A private maximum: the ``1 - tail`` quantile (default 0.99). See :class:`PrivateMin`."""
 
-    class Globally(_Max):
+    class Globally(_ExtremeGlobally):
         """A private maximum of all the values, one release per window."""
 
-        VARIANT = "Globally"
+        NAMESPACE = "PrivateMax"
+        _STATISTIC = "max"
 
-        def __init__(
-            self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantileOptions]
-        ) -> None:
-            super().__init__(_tail_quantile(tail, "max"), **options)
-
-    class PerKey(_Max):
+    class PerKey(_ExtremePerKey):
         """A private maximum per public key."""
 
-        VARIANT = "PerKey"
-
-        def __init__(
-            self, *, tail: float = DEFAULT_TAIL, **options: Unpack[QuantilePerKeyOptions]
-        ) -> None:
-            super().__init__(_tail_quantile(tail, "max"), **options)
+        NAMESPACE = "PrivateMax"
+        _STATISTIC = "max"
 
 
 # ------------------------------------------------------------------------------- mean
