@@ -1,0 +1,104 @@
+"""The options every private transform takes, declared once (beam_dp.beam.options)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from beam_dp.accounting import PrivacyBudget
+from beam_dp.beam.options import (
+    PerKeyOptions,
+    PrivateOptions,
+    ResolvedBudget,
+    read_labels,
+    split_share,
+)
+from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
+from beam_dp.beam.selection_spec import check_method
+from beam_dp.mechanisms.selection import check_method as the_check_method
+
+
+def _top(**extra: Any) -> TopCandidates.Globally:
+    return TopCandidates.Globally(
+        candidate_column="c", candidates=["a", "b"], unit_column="u", epsilon=1.0, **extra
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "typo", "suggestion"),
+    [
+        (_top, "methd", "method"),
+        (
+            lambda **extra: PrivateMedian.Globally(
+                lower=0.0, upper=1.0, unit_column=None, epsilon=1.0, **extra
+            ),
+            "confidense",
+            "confidence",
+        ),
+    ],
+)
+def test_a_misspelt_option_is_refused_with_the_nearest_name(
+    build: Any, typo: str, suggestion: str
+) -> None:
+    with pytest.raises(TypeError, match=f"'{typo}'; did you mean '{suggestion}'"):
+        build(**{typo: "x"})
+
+
+def test_a_per_key_option_on_a_global_transform_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"'max_keys_per_unit' applies only to \.PerKey"):
+        _top(max_keys_per_unit=2)
+
+
+def test_every_constructor_shares_the_typed_options() -> None:
+    common = PrivateOptions.__required_keys__ | PrivateOptions.__optional_keys__
+    assert {"epsilon", "method", "relation", "confidence", "salt", "rng"} <= common
+    assert {"key_column", "keys", "max_keys_per_unit"} <= PerKeyOptions.__optional_keys__ | (
+        PerKeyOptions.__required_keys__
+    )
+    for variant in (TopCandidates, BestPrice, Election, ExponentialSelect):
+        for cls, options in ((variant.Globally, PrivateOptions), (variant.PerKey, PerKeyOptions)):
+            hint = cls.__init__.__annotations__["options"]
+            assert hint == f"Unpack[{options.__name__}]", cls
+
+
+def test_a_transform_answers_its_ledger_mechanism_and_rounds() -> None:
+    top = _top(k=2)
+    assert (top.mechanism, top.rounds) == ("permute_and_flip_top_k", 2)
+    quantiles = PrivateQuantiles.Globally(
+        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, unit_column=None, epsilon=1.0
+    )
+    assert quantiles.rounds == quantiles.plan.rounds > 1
+    assert quantiles.mechanism == "permute_and_flip"
+    mean = PrivateMean.PerKey(
+        lower=0.0, upper=1.0, unit_column=None, epsilon=1.0, keys=["a"], method="exponential"
+    )
+    assert (mean.mechanism, mean.rounds) == ("exponential", 1)
+    # A share requested with what the transform answers is accepted by it.
+    budget = PrivacyBudget(1.0)
+    share = budget.request("q", mechanism=quantiles.mechanism, rounds=quantiles.rounds)
+    budget.finalize()
+    PrivateQuantiles.Globally(
+        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, unit_column=None, epsilon=share
+    )
+
+
+def test_method_names_have_one_rule() -> None:
+    assert check_method is the_check_method
+
+
+def test_label_files_have_one_comment_rule(tmp_path: Path) -> None:
+    path = tmp_path / "labels.txt"
+    path.write_text("# header\n  a  \n\n   # an indented comment\nb\n", encoding="utf-8")
+    assert read_labels(path) == ("a", "b")
+    with pytest.raises(ValueError, match="cannot be read") as raised:
+        read_labels(tmp_path / "missing.txt")
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+def test_one_split_of_a_share_covers_delta() -> None:
+    whole = ResolvedBudget("k", 1.0, None, "partition_selection", delta=1e-6)
+    one = split_share(whole, keys_per_unit=2, windows_per_unit=2)
+    assert one.epsilon * 4 <= 1.0 and one.delta is not None and one.delta * 4 <= 1e-6
