@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    PYTHONPATH=/work/main .venv/bin/python -m benchmarks.cdf            # ~30 minutes
-    PYTHONPATH=/work/main .venv/bin/python -m benchmarks.cdf --quick    # seconds (smoke test)
+    PYTHONPATH=/work/main /work/benchvenv/bin/python -m benchmarks.cdf   # ~30 min, with OpenDP
+    PYTHONPATH=/work/main .venv/bin/python -m benchmarks.cdf --quick     # seconds (smoke test)
 
 Sections (``--only speed|scaling|utility`` runs one):
 
@@ -13,16 +13,25 @@ Sections (``--only speed|scaling|utility`` runs one):
    :func:`ks_suggested_k` picks for this n.
 2. **scaling**: seconds per release as m, k, epsilon and n vary around the target case, with
    the number of band counts (dynamic programs) the planner ran and the blocks it made.
-3. **utility**: KS distance at the grid points between the released step CDF and the data's
-   (snapped) empirical CDF, n = 10^3 ... 10^6 (``--max-exponent``), epsilon = 1, ``replace``,
-   on lognormal(0, 1) and on a bimodal mixture (0.5 N(5, 1) + 0.5 N(12, 1.5)), both clamped
-   to [0, 20], on grids of m = 1 000 and 100 000 points (``--grids``); mean over ``--runs``
-   datasets. Against a noisy histogram: exact
-   discrete Laplace noise of scale 2/epsilon on every grid point's count (L1 sensitivity 2
-   under ``replace``), negative counts set to 0, cumulated and divided by their total. The
-   KS mechanism uses ``k = ks_suggested_k(m, epsilon, n)``; its 95% bound is printed too. A
-   stronger reading of the same noisy counts cumulates them unclamped, divides by the public
-   n, clips to [0, 1] and fits the monotone least-squares CDF (isotonic regression).
+3. **utility**: KS distance at the grid points between each released CDF and the data's
+   (snapped) empirical CDF, n = 10^3 ... 10^6 (``--max-exponent``; 7 for 10^7), epsilon = 1,
+   ``replace`` (n public), on lognormal(0, 1) and on a bimodal mixture
+   (0.5 N(5, 1) + 0.5 N(12, 1.5)), both clamped to [0, 20], on uniform grids of ``--grids``
+   points; mean over ``--runs`` datasets. Methods, all at epsilon = 1 on the same counts:
+
+   * **KS mechanism**: ``k = ks_suggested_k(m, epsilon, n)``; its 95% bound is printed too.
+   * **noisy histogram (clamped)**: exact discrete Laplace of scale 2/epsilon per grid point
+     (L1 sensitivity 2 under ``replace``), negatives set to 0, cumulated, over their total.
+   * **noisy histogram (isotonic)**: the same noise cumulated unclamped, over the public n,
+     clipped to [0, 1], made monotone by isotonic regression (least squares).
+   * **recursive quantiles**: ``beam_dp.summaries.quantiles`` (``split="recursive"``) on the
+     same grid histogram at levels j / (Q + 1), read as a CDF (middle of the levels between
+     released points); Q = 2**h - 1 chosen from public bounds (:func:`quantile_count`).
+   * **OpenDP b-ary tree** (OpenDP 0.16, only where importable, e.g. ``/work/benchvenv``):
+     ``make_b_ary_tree >> then_laplace`` calibrated by OpenDP for L1 distance 2,
+     ``make_consistent_b_ary_tree`` and ``make_cdf`` postprocessors; branching factor from
+     ``choose_branching_factor``.
+
    Least-squares slopes of log KS against log n are compared with the seed's n^-1/3.
 
 The grid-point distance is the mechanism's own error; the distance to the raw data's CDF adds
@@ -32,10 +41,13 @@ the grid's resolution (public, the same for every method), which is not measured
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +61,8 @@ from beam_dp.mechanisms.cdf import (
 from beam_dp.mechanisms.cdf.bands import path_from_points
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.partition_selection import discrete_laplace
+from beam_dp.summaries.histogram import Grid
+from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
 
 LOWER, UPPER = 0.0, 20.0
 TARGET_SECONDS = 5.0
@@ -186,59 +200,164 @@ def _slope(ns: Sequence[int], errors: Sequence[float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
+QUANTILE_DEPTHS = range(1, 11)  # Q = 2**h - 1 quantiles, 1 ... 1023
+
+
+def quantile_count(m: int, n: int, epsilon: float) -> int:
+    """The number of quantiles Q = 2**h - 1 that minimises a public error bound of the
+    quantile-based CDF: ``1 / (2 (Q + 1))`` (reading between released levels) plus the plan's
+    95% rank-error bound over n (public parameters only, as ``ks_suggested_k`` does for k)."""
+    best_q, best = 1, float("inf")
+    for h in QUANTILE_DEPTHS:
+        q = 2**h - 1
+        if q >= m:
+            break
+        plan = plan_quantiles(
+            [Fraction(j, q + 1) for j in range(1, q + 1)],
+            epsilon=epsilon,
+            num_candidates=m,
+            relation="replace",
+            split="recursive",
+        )
+        bound = 1 / (2 * (q + 1)) + plan.rank_error / n
+        if bound < best:
+            best_q, best = q, bound
+    return best_q
+
+
+def quantiles_cdf(
+    counts: Sequence[int], q: int, epsilon: float, grid: Grid
+) -> npt.NDArray[np.float64]:
+    """Our recursive quantiles (``beam_dp.summaries.quantiles``, the same grid histogram) at
+    levels j / (Q + 1), read as a CDF: between the j-th and (j+1)-th released points the CDF
+    is in [j / (Q + 1), (j + 1) / (Q + 1)], so it is read as the middle of that range; the
+    last grid point is 1."""
+    per_point = np.diff(np.asarray(counts, dtype=np.int64), prepend=0)
+    slots = np.zeros(grid.num_slots, dtype=np.int64)
+    slots[1::2] = per_point  # every value sits on a grid point after the snap
+    plan = plan_quantiles(
+        [Fraction(j, q + 1) for j in range(1, q + 1)],
+        epsilon=epsilon,
+        num_candidates=grid.num_points,
+        relation="replace",
+        split="recursive",
+    )
+    released = np.asarray(select_quantiles(slots, grid, plan).indices)
+    below = np.searchsorted(np.sort(released), np.arange(grid.num_points), side="right")
+    cdf = (2 * below + 1) / (2 * (q + 1))
+    cdf[-1] = 1.0
+    return np.asarray(cdf, dtype=np.float64)
+
+
+class OpenDPTree:
+    """OpenDP's b-ary tree CDF (``make_b_ary_tree >> then_laplace``, then the
+    ``make_consistent_b_ary_tree`` and ``make_cdf`` postprocessors) on the per-point counts,
+    calibrated by OpenDP to epsilon at L1 input distance 2 (``replace``)."""
+
+    def __init__(self, m: int, epsilon: float):
+        import opendp.prelude as dp  # the peer is optional
+
+        dp.enable_features("contrib")
+        self.b = int(dp.t.choose_branching_factor(size_guess=m))
+        domain = dp.vector_domain(dp.atom_domain(T=int))
+
+        def measurement(scale: float) -> Any:
+            tree = dp.t.make_b_ary_tree(
+                domain, dp.l1_distance(T=int), leaf_count=m, branching_factor=self.b
+            )
+            return tree >> dp.m.then_laplace(scale=scale)
+
+        scale = dp.binary_search_param(measurement, d_in=2, d_out=epsilon)
+        self.measurement = measurement(scale)
+        self.consistent = dp.t.make_consistent_b_ary_tree(branching_factor=self.b)
+        self.to_cdf = dp.t.make_cdf()
+
+    def cdf(self, counts: Sequence[int]) -> npt.NDArray[np.float64]:
+        per_point = np.diff(np.asarray(counts, dtype=np.int64), prepend=0)
+        leaves = self.consistent(self.measurement(per_point.tolist()))
+        return np.asarray(self.to_cdf(leaves), dtype=np.float64)
+
+
+def opendp_tree(m: int, epsilon: float) -> OpenDPTree | None:
+    try:
+        return OpenDPTree(m, epsilon)
+    except ImportError:
+        return None
+
+
+METHODS = ("ks", "histogram", "isotonic", "quantiles", "opendp_tree")
+HEADERS = {
+    "ks": "KS mechanism",
+    "histogram": "noisy histogram (clamped)",
+    "isotonic": "noisy histogram (isotonic)",
+    "quantiles": "recursive quantiles",
+    "opendp_tree": "OpenDP b-ary tree",
+}
+
+
 def utility(runs: int, max_exponent: int, grids: Sequence[int], quick: bool) -> None:
     epsilon = 1.0
     ns = [10**e for e in range(3, max_exponent + 1)]
     print(f"\n## Utility (KS at the grid points, epsilon = 1, replace, {runs} runs)\n")
-    print(
-        "| data | m | n | k | KS mechanism | its 95% bound | noisy histogram (clamped) "
-        "| noisy histogram (isotonic) | ratio to the better |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    slopes: dict[tuple[str, int], tuple[float, float, float]] = {}
+    slopes: dict[tuple[str, int], dict[str, float]] = {}
     for m in [QUICK_M] if quick else grids:
+        tree = opendp_tree(m, epsilon)
+        if tree is None:
+            print(f"(OpenDP not importable: its b-ary tree is skipped at m = {m:,})\n")
+        grid = Grid.uniform(LOWER, UPPER, m)
+        print(
+            "| data | m | n | k | Q | "
+            + " | ".join(HEADERS[name] for name in METHODS)
+            + " | KS 95% bound | KS rank |"
+        )
+        print("|---|---|---|---|---|" + "---|" * len(METHODS) + "---|---|")
         for name, generate in DISTRIBUTIONS.items():
-            by_n: list[tuple[float, float, float]] = []
+            by_n: dict[str, list[float]] = {method: [] for method in METHODS}
             for n in ns:
                 k = ks_suggested_k(m, epsilon=epsilon, n=n)
-                errors: list[tuple[float, float, float]] = []
+                q = quantile_count(m, n, epsilon)
+                errors: dict[str, list[float]] = {method: [] for method in METHODS}
                 for run in range(runs):
                     values = generate(np.random.default_rng(1000 * run + n), n)
                     counts = cumulative_counts(values, m)
-                    errors.append(
-                        (
-                            ks_at_grid(counts, ks_release_cdf(counts, k, epsilon)),
-                            ks_at_grid(counts, noisy_histogram_cdf(counts, epsilon)),
-                            ks_at_grid(counts, noisy_isotonic_cdf(counts, epsilon)),
-                        )
-                    )
-                means = [statistics.fmean(column) for column in zip(*errors, strict=True)]
-                ours, clamped, fitted = means
-                by_n.append((ours, clamped, fitted))
+                    released = {
+                        "ks": ks_release_cdf(counts, k, epsilon),
+                        "histogram": noisy_histogram_cdf(counts, epsilon),
+                        "isotonic": noisy_isotonic_cdf(counts, epsilon),
+                        "quantiles": quantiles_cdf(counts, q, epsilon, grid),
+                    }
+                    if tree is not None:
+                        released["opendp_tree"] = tree.cdf(counts)
+                    for method, cdf in released.items():
+                        errors[method].append(ks_at_grid(counts, cdf))
+                means = {
+                    method: statistics.fmean(errors[method]) if errors[method] else math.nan
+                    for method in METHODS
+                }
+                for method in METHODS:
+                    by_n[method].append(means[method])
                 bound = ks_accuracy_bound(m, k, epsilon=epsilon, n=n)
-                print(
-                    f"| {name} | {m:,} | {n:,} | {k} | {ours:.2e} | {bound:.2e} | {clamped:.2e} "
-                    f"| {fitted:.2e} | {ours / min(clamped, fitted):.2f} |",
-                    flush=True,
-                )
+                rank = 1 + sum(means[other] < means["ks"] for other in METHODS[1:])
+                cells = " | ".join(f"{means[method]:.2e}" for method in METHODS)
+                print(f"| {name} | {m:,} | {n:,} | {k} | {q} | {cells} | {bound:.2e} | {rank} |")
             if len(ns) >= 2:
-                columns = list(zip(*by_n, strict=True))
-                slopes[(name, m)] = (
-                    _slope(ns, columns[0]),
-                    _slope(ns, columns[1]),
-                    _slope(ns, columns[2]),
-                )
+                slopes[(name, m)] = {
+                    method: _slope(ns, by_n[method])
+                    if not math.isnan(by_n[method][0])
+                    else math.nan
+                    for method in METHODS
+                }
+        print()
     if slopes:
         print(
-            "\n| data | m | slope of log KS in log n: mechanism | histogram (clamped) "
-            "| histogram (isotonic) | seed |"
+            "| data | m | slope of log KS in log n: "
+            + " | ".join(HEADERS[name] for name in METHODS)
+            + " | seed |"
         )
-        print("|---|---|---|---|---|---|")
-        for (name, m), (ours_slope, clamped_slope, fitted_slope) in slopes.items():
-            print(
-                f"| {name} | {m:,} | {ours_slope:.3f} | {clamped_slope:.3f} "
-                f"| {fitted_slope:.3f} | -0.333 |"
-            )
+        print("|---|---|" + "---|" * len(METHODS) + "---|")
+        for (name, m), fitted in slopes.items():
+            cells = " | ".join(f"{fitted[method]:.3f}" for method in METHODS)
+            print(f"| {name} | {m:,} | {cells} | -0.333 |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
