@@ -15,11 +15,14 @@ from hypothesis import settings
 # explores new examples on every run. The key properties run with fresh random examples under
 # every profile (tests/property_settings.py: fresh_examples), so that a counterexample outside
 # the derandomized ones cannot hide; HYPOTHESIS_PROFILE=fresh runs every property that way.
+# No profile has a deadline: a per-example time limit is a timing assertion, and on a shared
+# machine it fails on load, not on a bug.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("fresh", derandomize=False, database=None, deadline=None, print_blob=True)
-_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else None)
-if _PROFILE:
-    settings.load_profile(_PROFILE)
+settings.register_profile("local", deadline=None)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "local")
+)
 
 
 @pytest.fixture(scope="module")

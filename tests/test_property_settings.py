@@ -19,3 +19,10 @@ def test_fresh_examples_are_random_and_bounded_whatever_the_profile() -> None:
     assert chosen.database is None
     assert chosen.max_examples == 7
     assert chosen.print_blob
+
+
+def test_no_profile_has_a_deadline() -> None:
+    # A deadline is a timing assertion: on a loaded shared machine it fails without a bug.
+    for name in ("ci", "fresh", "local"):
+        assert settings.get_profile(name).deadline is None
+    assert settings.default.deadline is None
