@@ -25,7 +25,8 @@ Sections (``--only speed|scaling|utility`` runs one):
    * **noisy histogram (isotonic)**: the same noise cumulated unclamped, over the public n,
      clipped to [0, 1], made monotone by isotonic regression (least squares).
    * **recursive quantiles**: ``beam_dp.summaries.quantiles`` (``split="recursive"``) on the
-     same grid histogram at levels j / (Q + 1), read as a CDF (middle of the levels between
+     same grid histogram (values inside a cell stay in its slot: not ties) at levels
+     j / (Q + 1), read as a CDF (middle of the levels between
      released points); Q = 2**h - 1 chosen from public bounds (:func:`quantile_count`).
    * **OpenDP b-ary tree** (OpenDP 0.16, only where importable, e.g. ``/work/benchvenv``):
      ``make_b_ary_tree >> then_laplace`` calibrated by OpenDP for L1 distance 2,
@@ -54,6 +55,7 @@ import numpy.typing as npt
 
 from beam_dp.mechanisms.cdf import (
     KSMechanism,
+    cumulative_counts_from_slots,
     ks_accuracy_bound,
     ks_suggested_k,
     sample_ks_synthetic,
@@ -226,15 +228,12 @@ def quantile_count(m: int, n: int, epsilon: float) -> int:
 
 
 def quantiles_cdf(
-    counts: Sequence[int], q: int, epsilon: float, grid: Grid
+    slots: npt.NDArray[np.int64], q: int, epsilon: float, grid: Grid
 ) -> npt.NDArray[np.float64]:
-    """Our recursive quantiles (``beam_dp.summaries.quantiles``, the same grid histogram) at
-    levels j / (Q + 1), read as a CDF: between the j-th and (j+1)-th released points the CDF
-    is in [j / (Q + 1), (j + 1) / (Q + 1)], so it is read as the middle of that range; the
-    last grid point is 1."""
-    per_point = np.diff(np.asarray(counts, dtype=np.int64), prepend=0)
-    slots = np.zeros(grid.num_slots, dtype=np.int64)
-    slots[1::2] = per_point  # every value sits on a grid point after the snap
+    """Our recursive quantiles (``beam_dp.summaries.quantiles``) on the grid histogram's slot
+    counts at levels j / (Q + 1), read as a CDF: between the j-th and (j+1)-th released points
+    the CDF is in [j / (Q + 1), (j + 1) / (Q + 1)], so it is read as the middle of that range;
+    the last grid point is 1."""
     plan = plan_quantiles(
         [Fraction(j, q + 1) for j in range(1, q + 1)],
         epsilon=epsilon,
@@ -247,6 +246,13 @@ def quantiles_cdf(
     cdf = (2 * below + 1) / (2 * (q + 1))
     cdf[-1] = 1.0
     return np.asarray(cdf, dtype=np.float64)
+
+
+def snapped_slots(counts: Sequence[int], grid: Grid) -> npt.NDArray[np.int64]:
+    """Slot counts with every value on a grid point (the snapped data the KS mechanism sees)."""
+    slots = np.zeros(grid.num_slots, dtype=np.int64)
+    slots[1::2] = np.diff(np.asarray(counts, dtype=np.int64), prepend=0)
+    return slots
 
 
 class OpenDPTree:
@@ -319,12 +325,13 @@ def utility(runs: int, max_exponent: int, grids: Sequence[int], quick: bool) -> 
                 errors: dict[str, list[float]] = {method: [] for method in METHODS}
                 for run in range(runs):
                     values = generate(np.random.default_rng(1000 * run + n), n)
-                    counts = cumulative_counts(values, m)
+                    slots = grid.histogram(values).counts()
+                    counts = list(cumulative_counts_from_slots(slots))
                     released = {
                         "ks": ks_release_cdf(counts, k, epsilon),
                         "histogram": noisy_histogram_cdf(counts, epsilon),
                         "isotonic": noisy_isotonic_cdf(counts, epsilon),
-                        "quantiles": quantiles_cdf(counts, q, epsilon, grid),
+                        "quantiles": quantiles_cdf(slots, q, epsilon, grid),
                     }
                     if tree is not None:
                         released["opendp_tree"] = tree.cdf(counts)

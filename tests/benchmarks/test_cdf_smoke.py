@@ -54,7 +54,7 @@ def test_quantiles_read_as_a_cdf() -> None:
     counts = cdf.cumulative_counts(values, 21)
     q = cdf.quantile_count(21, 3_000, 1.0)
     assert q + 1 in {2**h for h in cdf.QUANTILE_DEPTHS}
-    released = cdf.quantiles_cdf(counts, q, 1.0, grid)
+    released = cdf.quantiles_cdf(cdf.snapped_slots(counts, grid), q, 1.0, grid)
     assert np.all(np.diff(released) >= 0) and released[-1] == 1.0
     levels = {(2 * j + 1) / (2 * (q + 1)) for j in range(q + 1)}
     assert all(any(abs(v - level) < 1e-12 for level in levels) for v in released[:-1])
