@@ -335,6 +335,7 @@ def choose_bound(
     alpha: float | Fraction = DEFAULT_ALPHA,
     noise_per_bound: float | Fraction | None = None,
     relation: str = "add_remove",
+    counts_per_unit: int = 1,
     method: str = "permute_and_flip",
     rng: RandomSource | np.random.Generator | None = None,
 ) -> BoundChoice:
@@ -348,6 +349,9 @@ def choose_bound(
         alpha: the quantile of rows per unit for ``"quantile"``.
         noise_per_bound: ``lambda`` for ``"tradeoff"`` (:func:`quantile_noise_per_bound`).
         relation: ``"add_remove"`` (default) or ``"replace"``.
+        counts_per_unit: how many counts of the histogram one unit may hold, enforced
+            upstream (1 for rows per unit; ``max_keys_per_unit`` for a histogram of rows per
+            (unit, key), as ``.PerKey`` would build): the sensitivity is multiplied by it.
         method: ``"permute_and_flip"`` (default) or ``"exponential"``.
         rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
 
@@ -358,7 +362,8 @@ def choose_bound(
         ``epsilon``-DP under ``relation``: one exact selection whose utility has the
         sensitivity derived in the module docstring (``max(alpha, 1-alpha)`` or 1 for
         ``"quantile"`` under add/remove or replace; 1 for ``"tradeoff"``), each unit adding one
-        count to the histogram. Only the chosen bound is released.
+        count to the histogram (``counts_per_unit`` counts: the sensitivity times that).
+        Only the chosen bound is released.
 
     Raises:
         ValueError / TypeError: naming the bad parameter; never showing a count.
@@ -368,6 +373,7 @@ def choose_bound(
     chosen_rule = _check_rule(rule)
     chosen_method = check_method(method)
     rel: Relation = check_relation(relation)
+    check_positive_int(counts_per_unit, "counts_per_unit")
     scored = bound_scores(
         counts, rule=chosen_rule, alpha=alpha, noise_per_bound=noise_per_bound, relation=rel
     )
@@ -375,7 +381,7 @@ def choose_bound(
     index = select(
         scored.scores,
         epsilon=eps,
-        sensitivity=scored.scaled_sensitivity,
+        sensitivity=scored.scaled_sensitivity * int(counts_per_unit),
         monotonic=False,
         method=chosen_method,
         rng=source,
@@ -387,7 +393,7 @@ def choose_bound(
         rule=chosen_rule,
         alpha=_check_alpha(alpha) if chosen_rule == "quantile" else None,
         noise_per_bound=_check_lambda(noise_per_bound) if chosen_rule == "tradeoff" else None,
-        sensitivity=scored.sensitivity,
+        sensitivity=scored.sensitivity * int(counts_per_unit),
         relation=rel,
         method=chosen_method,
         cap=int(np.asarray(counts).size) - 1,

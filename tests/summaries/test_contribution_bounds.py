@@ -170,6 +170,17 @@ def test_choices_follow_the_data() -> None:
     assert record["sensitivity"] == 1.0 and record["candidates"] == list(candidate_bounds(1024))
 
 
+def test_several_counts_per_unit_multiply_the_sensitivity() -> None:
+    # A unit holding 3 (unit, key) counts moves each score by up to 3 x the sensitivity.
+    h = count_histogram([4, 4, 9], cap=16)
+    other = h + count_histogram([1, 1, 1], cap=16)
+    a, b = bound_scores(h), bound_scores(other)
+    assert int(np.abs(a.scores - b.scores).max()) * a.unit == 3 * a.sensitivity
+    assert choose_bound(h, epsilon=1, counts_per_unit=3).sensitivity == Fraction(3, 2)
+    with pytest.raises(ValueError, match="'counts_per_unit'"):
+        choose_bound(h, epsilon=1, counts_per_unit=0)
+
+
 def test_quantile_noise_per_bound_is_the_loss_bound_per_row() -> None:
     lam = quantile_noise_per_bound(1.0, 1000)
     assert abs(float(lam) - 2 * (math.log(1000) + math.log(20))) < 1e-3
