@@ -61,10 +61,21 @@ _CHUNK_CANDIDATES = 1 << 20
 _MAX_BLOCK = 1 << 12
 
 
+def _as_rows(scores: Any) -> Any:
+    """``scores`` as an array; numpy's message (which may quote a score) is not passed on."""
+    try:
+        return np.asarray(scores)
+    except (TypeError, ValueError):
+        raise ValueError(
+            "'scores' must be rectangular (the same number of candidates in every row) when "
+            "'counts' is not given; give concatenated scores and 'counts' for mixed sizes"
+        ) from None
+
+
 def _flat_scores(scores: Any, counts: Any) -> tuple[Any, IntArray]:
     """The concatenated scores and the number of candidates of each key, validated."""
     if counts is None:
-        array = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
+        array = scores if isinstance(scores, np.ndarray) else _as_rows(scores)
         if array.ndim != 2:
             raise ValueError(
                 "'scores' must be two-dimensional (one row per key) when 'counts' is not "

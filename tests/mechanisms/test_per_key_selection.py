@@ -256,6 +256,7 @@ def test_no_keys_gives_an_empty_result() -> None:
         ([1, 2, 3], None, "'scores' must be two-dimensional"),
         (np.zeros((2, 2)), [2, 2], "'scores' must be one-dimensional"),
         (np.zeros((2, 0)), None, "at least one candidate per key"),
+        ([[1, 2], [3]], None, "'scores' must be rectangular"),
         ([1.0, math.nan], [2], "'scores' must be finite"),
         ([1.0, math.inf, 0.0], [1, 2], "'scores' must be finite"),
     ],
