@@ -36,7 +36,7 @@ once more, only the rows of groups that exceed the bound.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,14 +198,17 @@ def _copy_index(h: U64) -> U64:
     return index
 
 
-def _sample_groups(group: Sequence[npt.NDArray[Any]], h: U64, bound: int) -> Index | None:
+def _sample_groups(
+    group: Sequence[npt.NDArray[Any]], h: U64 | Callable[[], U64], bound: int
+) -> Index | None:
     """Rows kept by a uniform sample of ``bound`` rows of every group (``None``: all rows).
 
     Args:
         group: columns whose equal values form a group (the first is the unit hash).
-        h: a salted hash of each row's content. Rows with equal ``h`` in a group are copies
-            of one row (for distinct rows, a 64-bit collision, so about 2**-64 per pair: they
-            are then still sampled uniformly, as copies).
+        h: a salted hash of each row's content, or a function computing it (called only if
+            a group exceeds the bound). Rows with equal ``h`` in a group are copies of one
+            row (for distinct rows, a 64-bit collision, so about 2**-64 per pair: they are
+            then still sampled uniformly, as copies).
         bound: how many rows each group keeps.
     """
     g = group[0] if len(group) == 1 else _group_hash(group)
@@ -214,9 +217,11 @@ def _sample_groups(group: Sequence[npt.NDArray[Any]], h: U64, bound: int) -> Ind
         return None
     order, group_starts = grouped
     starts = np.flatnonzero(group_starts)
-    sizes = np.diff(np.append(starts, h.size))
+    sizes = np.diff(np.append(starts, g.size))
     if int(sizes.max()) <= bound:
         return None
+    if callable(h):
+        h = h()
     with np.errstate(over="ignore"):
         copy = _copy_index(h ^ (g * _ODD[2]))  # copies: equal content in the same group
         priority = _mix(h ^ (copy * _ODD[1]))[order]
@@ -321,7 +326,7 @@ def bound_rows(batch: ColumnBatch, bounds: ContributionBounds, salt: int) -> Col
             sub = take(batch, keep)
         group = [sub[UNIT], sub[KEY]] if KEY in sub else [sub[UNIT]]
         chosen = _sample_groups(
-            group, _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)
+            group, lambda: _row_hash(sub, salt64), int(bounds.max_contributions_per_unit)
         )
         if chosen is not None:
             keep = keep[chosen]
