@@ -174,9 +174,10 @@ def test_several_counts_per_unit_multiply_the_sensitivity() -> None:
     # A unit holding 3 (unit, key) counts moves each score by up to 3 x the sensitivity.
     h = count_histogram([4, 4, 9], cap=16)
     other = h + count_histogram([1, 1, 1], cap=16)
-    a, b = bound_scores(h), bound_scores(other)
+    a, b = bound_scores(h, alpha=Fraction(1, 2)), bound_scores(other, alpha=Fraction(1, 2))
     assert int(np.abs(a.scores - b.scores).max()) * a.unit == 3 * a.sensitivity
-    assert choose_bound(h, epsilon=1, counts_per_unit=3).sensitivity == Fraction(3, 2)
+    choice = choose_bound(h, epsilon=1, alpha=Fraction(1, 2), counts_per_unit=3)
+    assert choice.sensitivity == Fraction(3, 2)
     with pytest.raises(ValueError, match="'counts_per_unit'"):
         choose_bound(h, epsilon=1, counts_per_unit=0)
 
@@ -271,12 +272,13 @@ AUDIT_NEIGHBOUR = AUDIT_H.copy()
 AUDIT_NEIGHBOUR[1] += 1
 AUDIT_EVENT = 16  # the bound whose probability moves most
 AUDIT_EPSILON = 0.5
+MEDIAN = Fraction(1, 2)
 TRIALS = 25_000
 
 
 def test_the_audit_pair_is_tight() -> None:
-    p = _pmf(bound_scores(AUDIT_H), 1.0, "permute_and_flip")
-    q = _pmf(bound_scores(AUDIT_NEIGHBOUR), 1.0, "permute_and_flip")
+    p = _pmf(bound_scores(AUDIT_H, alpha=MEDIAN), 1.0, "permute_and_flip")
+    q = _pmf(bound_scores(AUDIT_NEIGHBOUR, alpha=MEDIAN), 1.0, "permute_and_flip")
     index = candidate_bounds(CAP).index(AUDIT_EVENT)
     assert 0.99 < math.log(p[index] / q[index]) <= 1.0 + 1e-9
 
@@ -286,7 +288,10 @@ def _audit(epsilon: float) -> float:
     ``epsilon``."""
 
     def hits(h: np.ndarray) -> int:
-        return sum(choose_bound(h, epsilon=epsilon).bound == AUDIT_EVENT for _ in range(TRIALS))
+        return sum(
+            choose_bound(h, epsilon=epsilon, alpha=MEDIAN).bound == AUDIT_EVENT
+            for _ in range(TRIALS)
+        )
 
     return audited_epsilon_lower_bound(hits(AUDIT_H), hits(AUDIT_NEIGHBOUR), TRIALS)
 
