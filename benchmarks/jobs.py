@@ -309,6 +309,11 @@ def make_avro(directory: Path, rows: int, codec: str = "deflate") -> Path:
 def avro_section(args: argparse.Namespace, data: Path, tree: Path, out_root: Path) -> list[str]:
     """The quantiles job on one Avro file against a native read + numpy in one process."""
     rows = args.avro_rows
+    # generated in a child process: a process started later by this one would otherwise
+    # report this one's memory (the records made here) as part of its own peak RSS
+    make = "import sys, pathlib, benchmarks.jobs as j; j.make_avro(pathlib.Path(sys.argv[1]), "
+    make += "int(sys.argv[2]))"
+    subprocess.run([sys.executable, "-c", make, str(data), str(rows)], cwd=ROOT, check=True)
     path = make_avro(data, rows)
     _, candidates = make_data(data, rows)
     baseline = measure(
