@@ -1,10 +1,11 @@
 """Exact private selection mechanisms (pure Python and numpy; no Beam).
 
 Public API:
-    select, top_k, selection_probabilities, score_loss_bound
+    select, select_per_key, top_k, selection_probabilities, score_loss_bound, check_method
     RandomSource, SecureRandom, InsecureSeededRandom, InsecureRandomWarning
 """
 
+from beam_dp.mechanisms.per_key import select_per_key
 from beam_dp.mechanisms.randomness import (
     InsecureRandomWarning,
     InsecureSeededRandom,
@@ -15,6 +16,7 @@ from beam_dp.mechanisms.randomness import (
 from beam_dp.mechanisms.selection import (
     METHODS,
     Method,
+    check_method,
     score_loss_bound,
     select,
     selection_probabilities,
@@ -29,8 +31,10 @@ __all__ = [
     "RandomSource",
     "SecureRandom",
     "as_random_source",
+    "check_method",
     "score_loss_bound",
     "select",
+    "select_per_key",
     "selection_probabilities",
     "top_k",
 ]
