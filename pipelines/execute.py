@@ -17,7 +17,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.pvalue import PCollection
 
@@ -31,6 +31,32 @@ __all__ = ["ALL_RELEASES", "COLLECT", "JOB_STAGES", "READ_EXPORT", "run_and_writ
 
 READ_EXPORT, ALL_RELEASES, COLLECT = "ReadExport", "AllReleases", "Collect"
 JOB_STAGES = (READ_EXPORT, ALL_RELEASES, COLLECT)  # a statistic may not take these names
+
+
+_DIRECT_NAMES = frozenset({"direct", "directrunner", "switchingdirectrunner"})
+
+
+def _runner(options: PipelineOptions) -> Any:
+    """The runner to build the pipeline with: Beam's FnApiRunner for the DirectRunner.
+
+    Beam's DirectRunner first tries to run a batch pipeline on Prism, which downloads a
+    binary on every run (and fails offline after a delay); jobs read bounded exports, so the
+    DirectRunner would end on the FnApiRunner anyway. Building it directly runs the same
+    pipeline without that detour, honouring ``--direct_num_workers`` and
+    ``--direct_running_mode``. Any other ``--runner`` is left to Beam.
+    """
+    name = options.view_as(StandardOptions).runner
+    if name is not None and str(name).lower() not in _DIRECT_NAMES:
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision = fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
+    return fn_runner.FnApiRunner(provision_info=provision)
 
 
 def _log_metrics(result: Any) -> None:
@@ -114,7 +140,7 @@ def run_and_write(
     STATE.writing_outputs = False
     temp_root = options.get_all_options().get("temp_location") or tempfile.gettempdir()
     scratch = FileSystems.join(temp_root, f"beam_dp_releases_{uuid.uuid4().hex}")
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=_runner(options), options=options)
     outputs = build(pipeline)
     _ = (
         tuple(outputs)
