@@ -20,13 +20,8 @@ from typing import Required, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp._validation import (
-    Relation,
-    check_positive_finite,
-    check_positive_int,
-    check_relation,
-    to_fraction,
-)
+from beam_dp._rational import positive_fraction
+from beam_dp._validation import Relation, check_positive_int, check_relation
 
 __all__ = [
     "MAX_CELLS",
@@ -46,10 +41,12 @@ class KSParameters(TypedDict, total=False):
     """The keywords of a KS release (see :class:`KSMechanism` for their rules).
 
     ``k`` and ``epsilon`` are required; ``relation`` defaults to ``"add_remove"``,
-    ``n_public`` to None and ``max_contributions`` to 1.
+    ``n_public`` to None and ``max_contributions`` to 1. ``k=None`` is accepted by
+    :func:`~beam_dp.mechanisms.cdf.release.release_ks_cdf` only (``k`` is then chosen from the
+    normaliser the release uses); the sampler refuses it.
     """
 
-    k: Required[int]
+    k: Required[int | None]
     epsilon: Required[float | Fraction]
     relation: str
     n_public: int | None
@@ -124,7 +121,7 @@ class KSMechanism:
 
     def __post_init__(self) -> None:
         check_positive_int(self.k, "k")
-        check_positive_finite(self.epsilon, "epsilon")
+        object.__setattr__(self, "epsilon", positive_fraction(self.epsilon, "epsilon"))
         chosen = check_relation(self.relation)
         check_positive_int(self.max_contributions, "max_contributions")
         normaliser = self.n_public
@@ -136,7 +133,6 @@ class KSMechanism:
                 "private): pass a public count or one released with its own share of epsilon"
             )
         object.__setattr__(self, "k", int(self.k))
-        object.__setattr__(self, "epsilon", to_fraction(self.epsilon, "epsilon"))
         object.__setattr__(self, "relation", chosen)
         object.__setattr__(self, "n_public", normaliser)
         object.__setattr__(self, "max_contributions", int(self.max_contributions))
@@ -173,10 +169,12 @@ def mechanism_from(parameters: KSParameters) -> KSMechanism:
             "n_public, max_contributions"
         )
     for required in ("k", "epsilon"):
-        if required not in parameters:
+        if parameters.get(required) is None:
             raise TypeError(f"'{required}' is required")
+    k = parameters["k"]
+    assert k is not None  # checked above
     return KSMechanism(
-        k=parameters["k"],
+        k=k,
         epsilon=parameters["epsilon"],  # type: ignore[arg-type]  # a Fraction after validation
         relation=parameters.get("relation", "add_remove"),  # type: ignore[arg-type]  # checked
         n_public=parameters.get("n_public"),

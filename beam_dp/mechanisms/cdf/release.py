@@ -45,10 +45,11 @@ from beam_dp._validation import (
     check_probability_open,
     to_fraction,
 )
-from beam_dp.mechanisms.cdf.accuracy import count_error_bound, ks_accuracy_bound
+from beam_dp.mechanisms.cdf.accuracy import count_error_bound, ks_accuracy_bound, ks_suggested_k
 from beam_dp.mechanisms.cdf.bands import points_from_path
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.cdf.params import (
+    MAX_CELLS,
     KSParameters,
     check_count_parameter,
     check_cumulative_counts,
@@ -177,6 +178,7 @@ def release_ks_cdf(
     grid_points: Sequence[float] | npt.ArrayLike,
     count_share: float | Fraction | None = None,
     confidence: float = 0.95,
+    max_k: int | None = None,
     rng: RandomSource | np.random.Generator | None = None,
     **parameters: Unpack[KSParameters],
 ) -> KSRelease:
@@ -191,10 +193,15 @@ def release_ks_cdf(
             on the count (``0 < count_share < 1``; default :data:`DEFAULT_COUNT_SHARE`).
             Refused otherwise (nothing to spend it on).
         confidence: the probability with which ``ks_bound`` holds (0 < confidence < 1).
+        max_k: with ``k=None``, the largest ``k`` considered (default: the largest the grid
+            allows, ``m (k + 1) <= MAX_CELLS``). Refused with an explicit ``k``.
         rng: ``None`` for the OS CSPRNG; a seeded source only in tests (it warns).
         **parameters: as for :func:`~beam_dp.mechanisms.cdf.ks.sample_ks_synthetic`, with
             ``epsilon`` the *total* spent; under ``add_remove`` ``n_public`` may be left out
-            (then the count is released here).
+            (then the count is released here). ``k=None`` chooses ``k`` with
+            :func:`~beam_dp.mechanisms.cdf.accuracy.ks_suggested_k` from the normaliser the
+            release uses (the public size, or the released count and its error bound:
+            post-processing of a release and public parameters), up to ``max_k``.
 
     Returns:
         A :class:`KSRelease`.
@@ -216,6 +223,13 @@ def release_ks_cdf(
     noisy = relation == "add_remove" and wanted.get("n_public") is None
     if noisy:
         wanted["n_public"] = 0  # validated now; replaced by the released count below
+    suggest = "k" in wanted and wanted["k"] is None
+    if suggest:
+        wanted["k"] = 1  # validated now; chosen once the normaliser is known
+        if max_k is not None:
+            check_positive_int(max_k, "max_k")
+    elif max_k is not None:
+        raise ValueError("'max_k' applies only with k=None (k chosen from the normaliser)")
     checked = mechanism_from(wanted)  # type: ignore[arg-type]  # same keys as parameters
     check_probability_open(confidence, "confidence")
     if count_share is not None and not noisy:
@@ -228,6 +242,10 @@ def release_ks_cdf(
         raise ValueError("'count_share' must be strictly between 0 and 1")
     counts = check_cumulative_counts(cumulative_counts)
     grid = _check_grid(grid_points, len(counts))
+    if suggest:
+        cap = MAX_CELLS // len(counts) - 1
+        check_positive_int(cap, "the grid size")  # at most MAX_CELLS // 2 points
+        cap = cap if max_k is None else min(cap, int(max_k))
     check_size(len(counts), checked.k)
     source = as_random_source(rng)
     c = checked.max_contributions
@@ -241,11 +259,20 @@ def release_ks_cdf(
         ks_confidence = 1.0 - beta / 2
         wanted["n_public"] = n_hat
         wanted["epsilon"] = checked.epsilon - count_epsilon
-        mechanism = mechanism_from(wanted)  # type: ignore[arg-type]
     else:
         count_epsilon, count_error, ks_confidence = Fraction(0), 0, float(confidence)
-        mechanism = checked
-        n_hat = mechanism.normaliser(counts)
+        n_hat = checked.normaliser(counts)
+    if suggest:
+        wanted["k"] = ks_suggested_k(
+            len(counts),
+            epsilon=float(checked.epsilon - count_epsilon),
+            n=n_hat,
+            confidence=ks_confidence,
+            max_contributions=c,
+            count_error=count_error,
+            max_k=cap,
+        )
+    mechanism = mechanism_from(wanted)  # type: ignore[arg-type]
     path = Sampler(counts, mechanism).draw(source)
     bound = ks_accuracy_bound(
         len(counts),
