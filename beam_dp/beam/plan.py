@@ -11,7 +11,10 @@ Every ``.Globally`` / ``.PerKey`` transform of :mod:`beam_dp.beam.selection`,
    (for ``.PerKey``: one per public key), so that every window and key that releases does,
    with or without data;
 5. one ``CombineGlobally`` (or ``CombinePerKey`` over key positions) whose
-   ``extract_output`` samples the release(s);
+   ``extract_output`` samples the release(s); for ``.PerKey`` with a :class:`BatchedSelectFn`
+   (one selection per key), the per-key combine yields each key's merged scores instead, and
+   keys are released in batches, one vectorised exact draw per batch
+   (:class:`SelectBatchesPerKey`);
 6. label each release with its public key and its window.
 
 :class:`PrivateTransform` is the base of every built transform: its label, display data and
@@ -21,7 +24,7 @@ what one unit can reach (keys, windows), and the ledger mechanism and rounds it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -42,13 +45,18 @@ from beam_dp.beam.options import CommonOptions, KeyOptions, take_options
 from beam_dp.release import Release
 
 __all__ = [
+    "BATCH_WEIGHT",
     "EMPTY",
     "AttachKeyFn",
     "AttachWindowFn",
+    "BatchedSelectFn",
     "Built",
     "MarkerFn",
     "Plan",
     "PrivateTransform",
+    "ReleaseBatchFn",
+    "ScoresOnlyFn",
+    "SelectBatchesPerKey",
     "expand_plan",
     "keyed_input",
     "label_releases",
@@ -89,6 +97,128 @@ class Plan:
     keys: tuple[Any, ...] | None = None
     encode_fn: beam.DoFn | None = None
     max_windows_per_unit: int = 1
+
+
+# ------------------------------------------------------------------ many keys, one draw
+
+
+class BatchedSelectFn(beam.CombineFn):
+    """A selection combiner that can also release many keys' selections in one draw.
+
+    ``extract_output`` releases one key (as every combiner here does). When :attr:`batchable`
+    is True, a ``.PerKey`` transform instead takes each key's merged scores
+    (:meth:`scores_of`) and releases a batch of keys with :meth:`release_batch`, which must
+    give every key the releases ``extract_output`` would (same law, independent across keys,
+    same records): how keys are grouped into batches then changes the cost only.
+    """
+
+    @property
+    def batchable(self) -> bool:
+        """Whether :meth:`release_batch` applies (e.g. one selection per key, not top-k)."""
+        return False
+
+    def scores_of(self, accumulator: Any, *args: Any) -> Any:
+        """What :meth:`release_batch` needs of one key's merged accumulator (small, picklable)."""
+        raise NotImplementedError
+
+    def release_batch(self, scores: Sequence[Any], *args: Any) -> list[list[Release]]:
+        """Each key's releases (in the order of ``scores``), as ``extract_output`` gives them."""
+        raise NotImplementedError
+
+    def batch_weight(self, scores: Any) -> int:
+        """A key's share of a batch (its candidates; batches hold about ``BATCH_WEIGHT``)."""
+        return 1 if scores is None else int(np.shape(scores)[0]) + _KEY_WEIGHT
+
+
+#: The weight of one batch of keys (:meth:`BatchedSelectFn.batch_weight`): about a million
+#: candidates, as ``select_per_key`` chunks them (memory only).
+BATCH_WEIGHT = 1 << 20
+# Each key counts as this many extra candidates (its Python objects): ~16k keys of 2.
+_KEY_WEIGHT = 62
+
+
+class ScoresOnlyFn(beam.CombineFn):
+    """A :class:`BatchedSelectFn` whose ``extract_output`` yields the merged scores only."""
+
+    def __init__(self, combine_fn: BatchedSelectFn) -> None:
+        super().__init__()
+        self._fn = combine_fn
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self._fn.setup(*args, **kwargs)
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self._fn.teardown(*args, **kwargs)
+
+    def create_accumulator(self, *args: Any) -> Any:
+        return self._fn.create_accumulator(*args)
+
+    def add_input(self, accumulator: Any, element: Any, *args: Any) -> Any:
+        return self._fn.add_input(accumulator, element, *args)
+
+    def merge_accumulators(self, accumulators: Iterable[Any], *args: Any) -> Any:
+        return self._fn.merge_accumulators(accumulators, *args)
+
+    def compact(self, accumulator: Any, *args: Any) -> Any:
+        return self._fn.compact(accumulator, *args)
+
+    def extract_output(self, accumulator: Any, *args: Any) -> Any:
+        return self._fn.scores_of(accumulator, *args)
+
+    def display_data(self) -> dict[str, Any]:
+        return dict(self._fn.display_data())
+
+
+class ReleaseBatchFn(beam.DoFn):
+    """A batch of ``(key position, scores)`` to ``(key position, releases)``, one draw."""
+
+    def __init__(self, combine_fn: BatchedSelectFn) -> None:
+        super().__init__()
+        self._fn = combine_fn
+
+    def process(
+        self, batch: Sequence[tuple[int, Any]], candidates: Any = None
+    ) -> Iterator[tuple[int, list[Release]]]:
+        # ``candidates``: the one side input a plan may have (``Plan.side_candidates``); a
+        # named parameter, as Beam reads ``*args: Any`` as a type hint on the side inputs.
+        args = () if candidates is None else (candidates,)
+        releases = self._fn.release_batch([scores for _, scores in batch], *args)
+        for (position, _), released in zip(batch, releases, strict=True):
+            yield position, released
+
+
+class SelectBatchesPerKey(beam.PTransform):
+    """``(key position, batch)`` pairs to ``(key position, releases)``, keys drawn in batches.
+
+    Each key's scores are merged by one ``CombinePerKey`` (as the per-key path does), then
+    ``BatchElements`` groups keys of the same window within a bundle (no shuffle) and one
+    :meth:`BatchedSelectFn.release_batch` call releases each group. Which keys share a batch
+    depends on bundling only; each key's release is drawn independently with its own law.
+
+    Privacy:
+        Unchanged from one ``extract_output`` per key: the same selection, ε (or ρ) and
+        release record per key, keys independent; the batches are an evaluation order.
+    """
+
+    def __init__(self, combine_fn: BatchedSelectFn, *args: Any) -> None:
+        super().__init__()
+        self._fn = combine_fn
+        self._args = args
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        fn = self._fn
+        return (
+            pcoll
+            | "MergedScores" >> beam.CombinePerKey(ScoresOnlyFn(fn), *self._args)
+            | "BatchKeys"
+            >> beam.BatchElements(
+                min_batch_size=BATCH_WEIGHT,
+                max_batch_size=BATCH_WEIGHT,
+                element_size_fn=lambda element: fn.batch_weight(element[1]),
+                record_metrics=False,
+            )
+            | "ReleaseBatch" >> beam.ParDo(ReleaseBatchFn(fn), *self._args)
+        )
 
 
 # ---------------------------------------------------------------------- which windows release
@@ -325,9 +455,14 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
             | "Releases" >> beam.FlatMap(_as_list)
         )
     else:
+        fn = plan.combine_fn
+        if isinstance(fn, BatchedSelectFn) and fn.batchable:
+            select: beam.PTransform = SelectBatchesPerKey(fn, *args)
+        else:
+            select = beam.CombinePerKey(fn, *args)
         releases = (
             with_markers
-            | "SelectPerKey" >> beam.CombinePerKey(plan.combine_fn, *args)
+            | "SelectPerKey" >> select
             | "AttachKey" >> beam.ParDo(AttachKeyFn(plan.keys))
         )
     return releases | "AttachWindow" >> beam.ParDo(AttachWindowFn())

@@ -37,8 +37,8 @@ from beam_dp.batching import (
 from beam_dp.batching.columns import with_source
 from beam_dp.beam.bounding import is_heartbeat
 from beam_dp.beam.options import CommonOptions, KeyOptions, static_labels
-from beam_dp.beam.plan import EMPTY, Built, Plan, split_by_key
-from beam_dp.beam.selection_spec import SelectionSpec, describe, sorted_labels
+from beam_dp.beam.plan import EMPTY, BatchedSelectFn, Built, Plan, split_by_key
+from beam_dp.beam.selection_spec import Labels, SelectionSpec, describe, sorted_labels
 from beam_dp.release import Release
 from beam_dp.summaries.counts import (
     PerUnitRule,
@@ -65,14 +65,18 @@ Counts = npt.NDArray[np.int64]
 
 
 class _LabelCache:
-    """The sorted labels of a side input, recomputed only when the side input object changes."""
+    """The sorted labels of a side input, recomputed only when the side input object changes.
 
-    def __init__(self, static: tuple[Any, ...] | None) -> None:
+    Static labels may be a tuple or a one-dimensional numpy array (a price grid: one buffer to
+    pickle instead of a million floats).
+    """
+
+    def __init__(self, static: Labels | None) -> None:
         self._static = static
         self._source: Any = None
-        self._labels: tuple[Any, ...] = ()
+        self._labels: Labels = ()
 
-    def get(self, args: Sequence[Any]) -> tuple[Any, ...]:
+    def get(self, args: Sequence[Any]) -> Labels:
         if self._static is not None:
             return self._static
         side = args[0]
@@ -81,21 +85,23 @@ class _LabelCache:
             self._source = side
         return self._labels
 
-    def __getstate__(self) -> tuple[tuple[Any, ...] | None]:
+    def __getstate__(self) -> tuple[Labels | None]:
         # A one-element tuple (never falsy, so that copy and pickle call __setstate__).
         return (self._static,)
 
-    def __setstate__(self, state: tuple[tuple[Any, ...] | None]) -> None:
+    def __setstate__(self, state: tuple[Labels | None]) -> None:
         self.__init__(state[0])  # type: ignore[misc]
 
 
-class _VectorSelectFn(beam.CombineFn):
+class _VectorSelectFn(BatchedSelectFn):
     """Base combiner: an int64 vector accumulator that adds per batch and merges by addition.
 
-    Subclasses define the accumulator length, what one batch adds, and the scores.
+    Subclasses define the accumulator length, what one batch adds, and the scores. As a
+    :class:`~beam_dp.beam.plan.BatchedSelectFn`, ``.PerKey`` transforms release many keys'
+    selections at once (:meth:`scores_of`, :meth:`release_batch`) when ``k = 1``.
     """
 
-    def __init__(self, spec: SelectionSpec, labels: tuple[Any, ...] | None) -> None:
+    def __init__(self, spec: SelectionSpec, labels: Labels | None) -> None:
         super().__init__()
         self._spec = spec
         self._labels = _LabelCache(labels)
@@ -123,9 +129,27 @@ class _VectorSelectFn(beam.CombineFn):
 
     def extract_output(self, accumulator: Counts, *args: Any) -> list[Release]:
         labels = self._labels.get(args)
-        if not labels:  # an empty side input: nothing to select from, nothing released
+        if len(labels) == 0:  # an empty side input: nothing to select from, nothing released
             return []
         return [self._spec.release(self._scores(accumulator), labels)]
+
+    @property
+    def batchable(self) -> bool:
+        """One selection per key (``k = 1``): keys can be released in batches."""
+        return self._spec.k == 1
+
+    def scores_of(self, accumulator: Counts, *args: Any) -> Any:
+        """The merged scores :meth:`extract_output` would select from (None: no candidate)."""
+        if len(self._labels.get(args)) == 0:
+            return None
+        return self._scores(accumulator)
+
+    def release_batch(self, scores: Sequence[Any], *args: Any) -> list[list[Release]]:
+        """Each key's releases, as :meth:`extract_output` would give them, drawn together."""
+        labels = self._labels.get(args)
+        present = [row for row in scores if row is not None]
+        releases = iter(self._spec.release_many(present, labels) if len(labels) else [])
+        return [[] if row is None else [next(releases)] for row in scores]
 
     def display_data(self) -> dict[str, Any]:
         return self._spec.display_data()
@@ -148,7 +172,7 @@ class CandidateCountsFn(_VectorSelectFn):
     def __init__(
         self,
         spec: SelectionSpec,
-        labels: tuple[Any, ...] | None,
+        labels: Labels | None,
         score: Literal["counts", "margin"] = "counts",
     ) -> None:
         super().__init__(spec, labels)
@@ -173,7 +197,8 @@ class RevenueFn(_VectorSelectFn):
 
     Args:
         spec: the selection's parameters.
-        labels: the prices as release labels.
+        labels: the prices as release labels (a tuple, or a float array: a large grid then
+            pickles as one buffer).
         thresholds: the nearest float of each price, sorted (``x >= price`` exactly when
             ``x >= threshold`` for a decimal price; see ``Revenue``).
         scaled_prices: each price in integer score steps (``price / Revenue.unit``).
@@ -184,7 +209,7 @@ class RevenueFn(_VectorSelectFn):
     def __init__(
         self,
         spec: SelectionSpec,
-        labels: tuple[Any, ...],
+        labels: Labels,
         thresholds: npt.NDArray[np.float64],
         scaled_prices: Counts,
         per_unit: PerUnitRule | None,
@@ -317,7 +342,7 @@ def selection_plan(
     encode: dict[str, Any],
     combine_fn: beam.CombineFn,
     bounds: ContributionBounds | None,
-    labels: tuple[Any, ...] | None,
+    labels: Labels | None,
     side: PCollection | None = None,
     epsilon_total: float,
 ) -> Built:
