@@ -29,6 +29,9 @@ vote_shortfall      election: how many fewer votes than the true winner (k-th) t
                     can have
 revenue_loss        best price: revenue (price x buyers, in the prices' currency, summed over
                     the privacy units) the released price can lose against the best grid price
+ks_distance         CDF: ``max_x |F_released(x) - F_data(x)|`` (a cumulative fraction), with
+                    ``F_data`` the empirical CDF of the values kept after bounding, snapped to
+                    the public grid (see :func:`cdf_statement`)
 ==================  ==========================================================================
 """
 
@@ -46,6 +49,7 @@ from beam_dp.mechanisms import score_loss_bound
 __all__ = [
     "AccuracyStatement",
     "Release",
+    "cdf_statement",
     "ledger_entries_to_record",
     "make_release",
     "mean_statement",
@@ -346,6 +350,59 @@ def mean_statement(
             f"{level}, the released mean is within +/- ({_stated(loss)} / N + {_stated(grid)}) "
             "of the mean of the N values kept after bounding, in the values' units ("
             f"{examples}); N itself is not released."
+        ),
+    )
+
+
+def cdf_statement(
+    *,
+    ks_distance: float,
+    confidence: float,
+    k: int,
+    num_points: int,
+    count_error: int | None = None,
+) -> AccuracyStatement:
+    """The accuracy of a private CDF (KS synthetic sample) in cumulative fractions.
+
+    ``ks_distance`` bounds, with probability ``>= confidence``, ``max_i |C_i / k - N_i / n|``
+    over the public grid points, with ``N_i`` the values kept after bounding that are
+    ``<= g_i`` once snapped up to the grid, and ``n`` their number (the public ``n``, or, with
+    a released count ``n̂``, the true number: the count's error ``count_error`` is inside the
+    bound). Both step CDFs jump only at grid points, so it is their KS distance on the real
+    line. A quantile read from the released CDF (the smallest grid point with ``F >= alpha``)
+    then has a data CDF value within the same distance of ``alpha``.
+
+    Args:
+        ks_distance: the bound (a cumulative fraction in ``[0, 1]``).
+        confidence: the probability with which it holds.
+        k: the number of synthetic points (the rounding floor is ``1 / (2k)``).
+        num_points: the public grid's size.
+        count_error: with a released count, the bound on ``|n̂ - n|`` (rows) included in
+            ``ks_distance``; None when ``n`` was public.
+    """
+    distance = float(ks_distance)
+    level = f"With probability {confidence:g}"
+    units = {
+        "ks_distance": "cumulative fraction (KS distance, at every point)",
+        "rounding_error": "cumulative fraction (1 / (2k), included in ks_distance)",
+    }
+    normaliser = "the public n"
+    if count_error is not None:
+        units["count_error"] = "rows (|released count - N|, included in ks_distance)"
+        normaliser = (
+            f"N, the number of values kept (itself released within +/- {count_error} rows, "
+            "accounted for in the bound)"
+        )
+    return AccuracyStatement(
+        bounds={"ks_distance": distance},
+        units=units,
+        description=(
+            f"{level}, the released CDF is within {_stated(distance)} of the data's CDF at every "
+            f"point (the KS distance to the empirical CDF of the values kept after bounding, "
+            f"snapped up to the public grid of {num_points:,} points, normalised by "
+            f"{normaliser}); a quantile read from it has a data CDF value within "
+            f"{_stated(distance)} of its alpha. The release is {k:,} synthetic points; its "
+            f"resolution alone costs up to {_stated(1 / (2 * k))}."
         ),
     )
 

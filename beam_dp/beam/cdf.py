@@ -1,0 +1,543 @@
+"""A private CDF of a column on Beam: exact KS synthetic samples on the public grid (seed 004).
+
+``PrivateCDF.Globally`` / ``.PerKey`` release, per window (and public key), ``k`` synthetic
+points whose step CDF is close to the data's in KS distance (Wasserman and Zhou's exponential
+mechanism, sampled exactly: :mod:`beam_dp.mechanisms.cdf`)::
+
+    releases = batches | PrivateCDF.Globally(
+        lower=0.0, upper=500.0, num_points=1000, epsilon=1.0,
+        unit_column="user_id", value_column="amount", max_contributions=5,
+        quantiles=[0.1, 0.5, 0.9])
+
+Each :class:`~beam_dp.release.Release` holds a :class:`CDFValue`: the synthetic points, the
+step CDF they define (its steps and cumulative fractions), the requested quantiles read from
+it, and the normaliser. The transform runs on the one path of every private transform
+(:mod:`beam_dp.beam.plan`): encode, bound each unit's rows, one grid histogram per window (and
+key) in a ``CombineFn`` whose ``extract_output`` draws the release.
+
+Public rules and privacy:
+
+* **Values, units, keys, windows, budget shares**: as for :mod:`beam_dp.beam.quantiles` (the
+  same options, :class:`~beam_dp.beam.quantile_options.ValueParams`): values are clamped to
+  ``[lower, upper]`` and snapped *up* to the public grid (a value strictly between two grid
+  points counts at the upper one); NaN and null values are dropped; with a ``unit_column`` each
+  unit keeps ``max_contributions`` values (and ``max_keys_per_unit`` keys, in
+  ``max_windows_per_unit`` windows). Each release runs at ``ε / (keys · windows)`` one unit can
+  reach (:func:`~beam_dp.beam.options.split_share`).
+* **The normaliser**: the KS distance compares ``N_i / n`` with the synthetic ``C_i / k``.
+
+  - ``n`` given (public): the mechanism uses it, under either relation. A unit moves every
+    ``N_i`` by at most ``c`` (``max_contributions``) whether its values change (``replace``)
+    or appear (``add_remove``), so the sensitivity is ``c k`` in the integer score
+    ``max_i |k N_i - n C_i|`` in both cases. ``n`` is the public number of values kept after
+    bounding (per key and window for ``.PerKey``, as for ``PrivateMean``); if fewer or more
+    are kept, the release is still private and its bound is relative to ``N_i / n``. Required
+    under ``replace``.
+  - ``add_remove`` without ``n``: a share ``count_share`` of each release's ε (default 1/10,
+    :data:`~beam_dp.mechanisms.cdf.DEFAULT_COUNT_SHARE`) releases ``n̂ = max(0, n + Z)``, ``Z``
+    exact discrete Laplace of scale ``c / ε_count``, and the KS mechanism runs on the rest with
+    ``n̂`` as its normaliser (sequential composition). ``n̂`` is part of the release.
+
+* **k**: given, or (default) chosen by :func:`~beam_dp.mechanisms.cdf.ks_suggested_k` to
+  minimise the accuracy bound: from the public ``n`` at construction, or from the released
+  ``n̂`` and its error bound inside the release (post-processing), capped at ``max_k``
+  (default :data:`DEFAULT_MAX_K`).
+* **Budget and ledger**: the KS mechanism is an exponential mechanism (ε-bounded range), so a
+  budget share names mechanism ``"exponential"`` and ``rounds=1`` (the transform's
+  :attr:`~beam_dp.beam.plan.PrivateTransform.mechanism` and ``rounds`` say so); ``method``
+  other than ``"exponential"`` is refused. With a released count, the count (pure ε_count-DP,
+  ε_count²/2-zCDP) and the KS mechanism (ε_ks²/8-zCDP) cost at most ``ε²/8`` together when
+  ``count_share <= 2/5``; a budget share accounted by zCDP therefore refuses a larger share.
+  ``num_candidates`` in the ledger is the grid size ``m`` (a release is a multiset of ``k`` of
+  its points: ``C(m + k - 1, k)`` candidates, ``ln`` of which is ``accuracy.log_candidates``);
+  ``sensitivity`` is ``c k`` in the integer score above.
+* **Accuracy**: ``accuracy.ks_distance`` bounds the KS distance to the data's (snapped) CDF at
+  ``confidence`` (:func:`~beam_dp.mechanisms.cdf.ks_accuracy_bound`, with the count's error
+  when ``n̂`` is released); the statement's sentence reads "the released CDF is within D of the
+  data's CDF at every point" (:func:`beam_dp.release.cdf_statement`). A quantile read from the
+  release has a data CDF value within the same D of its alpha.
+* The draw runs in ``extract_output``; no count or value reaches a log, a message or a metric.
+"""
+
+from __future__ import annotations
+
+import bisect
+import difflib
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar, Unpack
+
+import apache_beam as beam
+
+from beam_dp._validation import check_positive_int, check_probability_open, to_fraction
+from beam_dp.accounting import LedgerEntry
+from beam_dp.beam.options import PerKeyOptions, PrivateOptions, resolve_budget
+from beam_dp.beam.plan import Built, PrivateTransform, values_of
+from beam_dp.beam.quantile_options import _ValueOptions, take_value_options
+from beam_dp.mechanisms import RandomSource
+from beam_dp.mechanisms.cdf import (
+    DEFAULT_COUNT_SHARE,
+    MAX_CELLS,
+    KSRelease,
+    cumulative_counts_from_slots,
+    ks_suggested_k,
+    release_ks_cdf,
+)
+from beam_dp.mechanisms.cdf.params import check_count_parameter, check_size
+from beam_dp.release import Release, cdf_statement
+from beam_dp.summaries.histogram import Grid, GridHistogram
+from beam_dp.summaries.quantiles import parse_quantiles
+
+__all__ = [
+    "DEFAULT_MAX_K",
+    "DEFAULT_NUM_POINTS",
+    "CDFCombineFn",
+    "CDFOptions",
+    "CDFPerKeyOptions",
+    "CDFSpec",
+    "CDFValue",
+    "PrivateCDF",
+]
+
+#: Default grid size (uniform over ``[lower, upper]``): the KS mechanism's cost grows about
+#: linearly in ``m`` (0.06 s per release at m = 1 000, k = 100; benchmarks/RESULTS.md).
+DEFAULT_NUM_POINTS = 1_000
+#: Default cap on the suggested ``k``: the rounding floor ``1/(2k)`` is 5e-4 there, and a
+#: release costs about k^1.0 (0.4 s at k = 400 on m = 1 000), per key and window.
+DEFAULT_MAX_K = 1_000
+#: Under zCDP, the largest ``count_share`` with ``s²/2 + (1 - s)²/8 <= 1/8``.
+_ZCDP_MAX_COUNT_SHARE = Fraction(2, 5)
+
+
+class _CDFArgs(_ValueOptions, total=False):
+    """The CDF's own options (with the value options every grid transform reads).
+
+    Attributes:
+        k: the number of synthetic points; None (default): chosen to minimise the accuracy
+            bound (from ``n``, or from the released count), up to ``max_k``.
+        max_k: the cap on a chosen ``k`` (default :data:`DEFAULT_MAX_K`).
+        n: the public number of values kept after bounding (per key and window); required
+            under ``replace``. Under ``add_remove`` without it a count is released.
+        count_share: the share of each release's ε spent on the count (``add_remove`` without
+            ``n`` only; default 1/10; at most 2/5 with a zCDP-accounted budget share).
+        quantiles: quantiles to read from the released CDF (post-processing: no extra ε).
+    """
+
+    k: int | None
+    max_k: int
+    n: int | None
+    count_share: float | None
+    quantiles: Sequence[float] | None
+
+
+class CDFOptions(_CDFArgs, PrivateOptions, total=False):
+    """Keyword options of ``PrivateCDF.Globally`` (``epsilon``: a float, or a share of
+    mechanism ``"exponential"`` with ``rounds=1``)."""
+
+
+class CDFPerKeyOptions(_CDFArgs, PerKeyOptions, total=False):
+    """Keyword options of ``PrivateCDF.PerKey`` (``key_column`` default ``"key"``,
+    ``max_keys_per_unit`` default 1)."""
+
+
+_CDF_KEYS = frozenset(_CDFArgs.__optional_keys__ - _ValueOptions.__optional_keys__)
+_EVERY_KEY = frozenset(CDFPerKeyOptions.__required_keys__ | CDFPerKeyOptions.__optional_keys__)
+
+
+# ------------------------------------------------------------------------------ the value
+
+
+@dataclass(frozen=True)
+class CDFValue(Mapping[str, Any]):
+    """One released CDF (every field is released or public).
+
+    Read as a mapping it is the JSON object of ``release.json``'s ``value``: ``points``,
+    ``steps``, ``cdf``, ``quantiles`` (``{"0.5": value}``, in request order), ``lower``,
+    ``upper``, ``k``, ``n_hat`` and ``count_released``.
+
+    Attributes:
+        points: the ``k`` synthetic points (grid values), sorted, repeats allowed.
+        steps: the distinct synthetic points, increasing: where the step CDF jumps.
+        counts: the synthetic points ``<=`` each step (the last is ``k``).
+        quantiles: ``(alpha, value)`` for each requested quantile, in request order.
+        lower, upper: the public bounds (the CDF is 0 below the first step, 1 from the last).
+        k: the number of synthetic points.
+        n_hat: the normaliser: the public ``n``, or the released count.
+        count_released: whether ``n_hat`` was released (``add_remove`` without ``n``).
+    """
+
+    points: tuple[float, ...]
+    steps: tuple[float, ...]
+    counts: tuple[int, ...]
+    quantiles: tuple[tuple[float, float], ...]
+    lower: float
+    upper: float
+    k: int
+    n_hat: int
+    count_released: bool
+
+    _KEYS: ClassVar[tuple[str, ...]] = (
+        "points",
+        "steps",
+        "cdf",
+        "quantiles",
+        "lower",
+        "upper",
+        "k",
+        "n_hat",
+        "count_released",
+    )
+
+    @classmethod
+    def from_release(
+        cls, release: KSRelease, quantiles: Sequence[Fraction], grid: Grid
+    ) -> CDFValue:
+        """The value of a :class:`~beam_dp.mechanisms.cdf.KSRelease` (post-processing)."""
+        steps: list[float] = []
+        counts: list[int] = []
+        previous = 0
+        for value, count in zip(release.grid, release.cumulative, strict=True):
+            if count > previous:
+                steps.append(value)
+                counts.append(count)
+                previous = count
+        return cls(
+            points=release.values,
+            steps=tuple(steps),
+            counts=tuple(counts),
+            quantiles=tuple((float(a), release.quantile(a)) for a in quantiles),
+            lower=grid.lower,
+            upper=grid.upper,
+            k=release.k,
+            n_hat=release.n_hat,
+            count_released=release.count_released,
+        )
+
+    @property
+    def cdf(self) -> tuple[float, ...]:
+        """``F`` at each step: the share of synthetic points ``<=`` it."""
+        return tuple(c / self.k for c in self.counts)
+
+    def cdf_at(self, x: float) -> float:
+        """``F(x)``: the share of synthetic points ``<= x``."""
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or math.isnan(x):
+            raise ValueError("'x' must be a number (not NaN)")
+        index = bisect.bisect_right(self.steps, float(x)) - 1
+        return 0.0 if index < 0 else self.counts[index] / self.k
+
+    def quantile(self, alpha: float | Fraction) -> float:
+        """The smallest synthetic point ``v`` with ``F(v) >= alpha`` (no extra epsilon)."""
+        check_probability_open(alpha, "alpha")
+        needed = math.ceil(to_fraction(alpha, "alpha") * self.k)
+        return self.steps[bisect.bisect_left(self.counts, needed)]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._KEYS:
+            raise KeyError(key)
+        if key == "quantiles":
+            return {f"{alpha:g}": value for alpha, value in self.quantiles}
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._KEYS)
+
+    def __len__(self) -> int:
+        return len(self._KEYS)
+
+
+# ------------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class CDFSpec:
+    """Everything a CDF release needs after the merge (public; fixed at construction).
+
+    ``k`` is None when it is chosen from the released count (capped at ``max_k``); ``n`` is
+    None when the count is released on ``count_share`` of ``epsilon`` (each release's ε).
+    """
+
+    name: str
+    grid: Grid
+    k: int | None
+    max_k: int
+    n: int | None
+    count_share: Fraction | None
+    epsilon: Fraction
+    rho: float | None
+    relation: str
+    max_contributions: int
+    quantiles: tuple[Fraction, ...]
+    bounds: Mapping[str, int]
+    confidence: float
+    rng: RandomSource | None
+
+    def draw(self, histogram: GridHistogram) -> KSRelease:
+        """The KS release of one merged grid histogram."""
+        counts = cumulative_counts_from_slots(histogram.counts())
+        return release_ks_cdf(
+            counts,
+            grid_points=self.grid.points,
+            k=self.k,
+            epsilon=self.epsilon,
+            relation="add_remove",  # with a fixed normaliser, Δ = c k under both relations
+            n_public=self.n,
+            max_contributions=self.max_contributions,
+            count_share=self.count_share,
+            confidence=self.confidence,
+            max_k=self.max_k if self.k is None else None,
+            rng=self.rng,
+        )
+
+    def release(self, ks: KSRelease) -> Release:
+        """The :class:`~beam_dp.release.Release` of a KS release and its ledger entry."""
+        m = self.grid.num_points
+        log_candidates = math.lgamma(m + ks.k) - math.lgamma(ks.k + 1) - math.lgamma(m)
+        accuracy = {
+            "confidence": self.confidence,
+            "ks_distance": ks.ks_bound,
+            "rounding_error": 1 / (2 * ks.k),
+            "log_candidates": log_candidates,
+        }
+        if ks.count_released:
+            accuracy["count_error"] = float(ks.count_error)
+        entry = LedgerEntry(
+            name=self.name,
+            statistic="cdf",
+            mechanism="exponential",
+            epsilon=float(self.epsilon),
+            rho=self.rho,
+            sensitivity=float(self.max_contributions * ks.k),
+            neighbouring=self.relation,
+            monotone=False,
+            num_candidates=m,
+            contribution_bounds=dict(self.bounds),
+            accuracy=accuracy,
+        )
+        statement = cdf_statement(
+            ks_distance=ks.ks_bound,
+            confidence=self.confidence,
+            k=ks.k,
+            num_points=m,
+            count_error=ks.count_error if ks.count_released else None,
+        )
+        value = CDFValue.from_release(ks, self.quantiles, self.grid)
+        return Release(value=value, ledger=entry, rng_secure=ks.secure, statement=statement)
+
+
+class CDFCombineFn(beam.CombineFn):
+    """Grid histogram of the values; ``extract_output`` releases the private CDF.
+
+    The accumulator is a :class:`~beam_dp.summaries.histogram.GridHistogram` over the public
+    grid's slots (as for the quantiles): batches are binned with numpy, ``merge_accumulators``
+    adds into the first accumulator, ``compact`` shrinks it before a shuffle.
+    """
+
+    def __init__(self, spec: CDFSpec) -> None:
+        super().__init__()
+        self._spec = spec
+
+    def create_accumulator(self) -> GridHistogram:
+        return GridHistogram(self._spec.grid.num_slots)
+
+    def add_input(self, accumulator: GridHistogram, element: Any) -> GridHistogram:
+        values = values_of(element)
+        if values.size:
+            accumulator.add_slots(self._spec.grid.slots(values))
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[GridHistogram]) -> GridHistogram:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            first.merge(other)
+        return first
+
+    def compact(self, accumulator: GridHistogram) -> GridHistogram:
+        return accumulator.compact()
+
+    def extract_output(self, accumulator: GridHistogram) -> Release:
+        return self._spec.release(self._spec.draw(accumulator))
+
+    def display_data(self) -> dict[str, Any]:
+        return {"statistic": "cdf", "grid": repr(self._spec.grid)}
+
+
+# ------------------------------------------------------------------------- the transforms
+
+
+def _count_share(value: object, *, n: int | None, relation: str, zcdp: bool) -> Fraction | None:
+    if n is not None or relation == "replace":
+        if value is not None:
+            raise ValueError(
+                "'count_share' applies only under relation 'add_remove' without 'n' (a public "
+                "size: nothing is spent on a count)"
+            )
+        return None
+    chosen = DEFAULT_COUNT_SHARE if value is None else value
+    share = to_fraction(chosen, "count_share")
+    if isinstance(chosen, float) and math.isfinite(chosen):
+        share = Fraction(repr(chosen))  # as written: 0.4 is 2/5
+    if not 0 < share < 1:
+        raise ValueError(f"'count_share' must be strictly between 0 and 1; received {value!r}")
+    if zcdp and share > _ZCDP_MAX_COUNT_SHARE:
+        raise ValueError(
+            "'count_share' must be at most 0.4 with a budget share accounted by zCDP (the count "
+            "costs share²/2 of ε², the KS mechanism (1 - share)²/8; together at most the "
+            f"share's ε²/8 only up to 2/5); received {value!r}"
+        )
+    return share
+
+
+class _CDFTransform(PrivateTransform):
+    """A private CDF from a grid histogram (see the module docstring).
+
+    Args:
+        **options: :class:`CDFOptions` (``.PerKey``: :class:`CDFPerKeyOptions`): the value
+            options of the grid transforms (``lower``, ``upper``, ``unit_column``,
+            ``value_column``, ``grid``, ``num_points`` (default :data:`DEFAULT_NUM_POINTS`),
+            ``max_contributions``), this statistic's own (``k``, ``max_k``, ``n``,
+            ``count_share``, ``quantiles``) and those of every private transform
+            (:class:`~beam_dp.beam.options.PrivateOptions`; ``on_bad_record`` defaults to
+            ``"skip"``; ``method`` may only be ``"exponential"``).
+
+    Raises:
+        ValueError, TypeError: at construction, naming the bad parameter and its rule, before
+            any pipeline runs.
+
+    Privacy:
+        epsilon-DP under ``relation`` over all the windows and, for ``.PerKey``, all the keys,
+        with ``max_contributions`` values per unit; only the synthetic points (grid values)
+        and, under ``add_remove`` without ``n``, the noisy count are released.
+    """
+
+    NAMESPACE: ClassVar[str] = "PrivateCDF"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        for key in options:  # the shared check knows the common options only
+            if key not in _EVERY_KEY:
+                near = difflib.get_close_matches(key, sorted(_EVERY_KEY), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise TypeError(
+                    f"PrivateCDF.{self.VARIANT}() got an unexpected keyword argument {key!r}{hint}"
+                )
+        given = dict(options)
+        own = {key: given.pop(key) for key in list(given) if key in _CDF_KEYS}
+        method = given.pop("method", "exponential")
+        if method != "exponential":
+            raise ValueError(
+                "'method' must be 'exponential' for PrivateCDF (the KS mechanism is an "
+                f"exponential mechanism over multisets of grid points); received {method!r}"
+            )
+        values, _ = take_value_options(self, given, DEFAULT_NUM_POINTS)  # nothing else left
+        common = values.common
+        budget = resolve_budget(
+            common.epsilon,
+            name=common.name,
+            default_name="cdf",
+            mechanism="exponential",
+            rounds=1,
+        )
+        share = values.keys.split(budget, values.record_level, values.windows)
+        epsilon = Fraction(share.epsilon)
+        m = values.grid.num_points
+        n = own.get("n")
+        if n is not None:
+            n = check_count_parameter(n, "n")
+        elif common.relation == "replace":
+            raise ValueError(
+                "'n' (the public number of values kept after bounding) is required under "
+                "relation 'replace'; or use 'add_remove', which releases a count"
+            )
+        count_share = _count_share(
+            own.get("count_share"), n=n, relation=common.relation, zcdp=share.rho is not None
+        )
+        max_k = own.get("max_k", DEFAULT_MAX_K)
+        check_positive_int(max_k, "max_k")
+        cap = min(int(max_k), MAX_CELLS // m - 1)
+        if cap < 1:
+            raise ValueError(f"the grid must have at most {MAX_CELLS // 2:,} points for a CDF")
+        k = own.get("k")
+        if k is not None:
+            check_positive_int(k, "k")
+            check_size(m, int(k))
+            k = int(k)
+        elif n is not None:
+            k = ks_suggested_k(
+                m,
+                epsilon=float(epsilon),
+                n=n,
+                confidence=common.confidence,
+                max_contributions=values.max_contributions,
+                max_k=cap,
+            )
+        quantiles = own.get("quantiles")
+        parsed = () if quantiles is None else parse_quantiles(quantiles)
+        self._spec = CDFSpec(
+            name=budget.name,
+            grid=values.grid,
+            k=k,
+            max_k=cap,
+            n=n,
+            count_share=count_share,
+            epsilon=epsilon,
+            rho=share.rho,
+            relation=common.relation,
+            max_contributions=values.max_contributions,
+            quantiles=parsed,
+            bounds=values.ledger_bounds(),
+            confidence=common.confidence,
+            rng=common.rng,
+        )
+        display = {
+            **values.display(budget.name, "cdf", budget.epsilon),
+            "method": "exponential",
+            "k": "chosen from the released count" if k is None else k,
+            "normaliser": "released count" if n is None else "public n",
+            "privacy_unit": "record" if values.record_level else "unit_column",
+            "contribution_bounds": str(values.ledger_bounds()),
+        }
+        if values.keys.keys is not None:
+            display["epsilon_per_key"] = float(epsilon)
+        self._finish(
+            Built(
+                values.plan(CDFCombineFn(self._spec)),
+                release_name=budget.name,
+                keys_per_unit=values.keys_per_unit,
+                display=display,
+                mechanism="exponential",
+                rounds=1,
+            )
+        )
+
+    @property
+    def spec(self) -> CDFSpec:
+        """The public parameters of every release of this transform."""
+        return self._spec
+
+
+class PrivateCDF:
+    """A private CDF of a column: ``PrivateCDF.Globally(...)`` and ``.PerKey(...)``.
+
+    Each window (and key) gets one :class:`~beam_dp.release.Release` whose value is a
+    :class:`CDFValue`. See ``_CDFTransform`` for the arguments and the module docstring for
+    the relations, ``k`` and the accuracy statement.
+    """
+
+    class Globally(_CDFTransform):
+        """A private CDF of all the values, one release per window."""
+
+        VARIANT = "Globally"
+
+        def __init__(self, **options: Unpack[CDFOptions]) -> None:
+            super().__init__(**options)
+
+    class PerKey(_CDFTransform):
+        """A private CDF per public key, one release per key and window."""
+
+        VARIANT = "PerKey"
+
+        def __init__(self, **options: Unpack[CDFPerKeyOptions]) -> None:
+            super().__init__(**options)
