@@ -22,8 +22,10 @@ from beam_dp.mechanisms.cdf import (
     count_error_bound,
     ks_accuracy_bound,
     ks_pmf_bruteforce,
+    ks_suggested_k,
     release_count,
     release_ks_cdf,
+    sample_ks_synthetic,
 )
 
 
@@ -229,6 +231,32 @@ def test_release_reports_the_bound_of_its_parameters() -> None:
         4, 3, epsilon=0.9, n=noisy.n_hat, confidence=0.95, count_error=e
     )
     assert Fraction(1, 10) == DEFAULT_COUNT_SHARE
+
+
+def test_k_none_is_chosen_from_the_normaliser_the_release_uses() -> None:
+    counts = _counts([0, 1, 1, 2, 3, 3, 3] * 300, 50)
+    grid = [float(g) for g in range(50)]
+    public = release_ks_cdf(counts, grid_points=grid, k=None, epsilon=1.0, relation="replace")
+    assert public.k == ks_suggested_k(50, epsilon=1.0, n=counts[-1]) > 1
+    assert len(public.points) == public.k
+    # With a released count: k from the count and its error bound (post-processing).
+    noisy = release_ks_cdf(counts, grid_points=grid, k=None, epsilon=1.0, confidence=0.9)
+    assert noisy.count_released and noisy.k == ks_suggested_k(
+        50, epsilon=0.9, n=noisy.n_hat, confidence=0.95, count_error=noisy.count_error
+    )
+    assert noisy.ks_bound == ks_accuracy_bound(
+        50, noisy.k, epsilon=0.9, n=noisy.n_hat, confidence=0.95, count_error=noisy.count_error
+    )
+    capped = release_ks_cdf(
+        counts, grid_points=grid, k=None, max_k=2, epsilon=1.0, relation="replace"
+    )
+    assert capped.k == 2
+    with pytest.raises(ValueError, match="'max_k' applies only with k=None"):
+        release_ks_cdf(counts, grid_points=grid, k=3, max_k=2, epsilon=1.0, relation="replace")
+    with pytest.raises(ValueError, match="'max_k'"):
+        release_ks_cdf(counts, grid_points=grid, k=None, max_k=0, epsilon=1.0)
+    with pytest.raises(TypeError, match="'k' is required"):
+        sample_ks_synthetic(counts, k=None, epsilon=1.0, relation="replace")
 
 
 # ------------------------------------------------------------------ the frozen result
