@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import apache_beam as beam
+import numpy as np
 
 from beam_dp.accounting import BudgetShare, PrivacyBudget
 from beam_dp.beam.key_selection import KeySelection
@@ -42,6 +43,7 @@ from beam_dp.beam.quantiles import (
     PrivateQuantiles,
 )
 from beam_dp.beam.selection import BestPrice, Election, TopCandidates
+from beam_dp.scores import Revenue
 
 __all__ = [
     "CONFIG_KEYS",
@@ -355,13 +357,18 @@ def _limited(labels: list[Any], *, name: str, source: str) -> list[Any]:
 
 
 def parse_prices(spec: str) -> list[float]:
-    """START:STOP:STEP as exact decimals, STOP excluded (0.01:2.00:0.01 is 0.01 ... 1.99)."""
+    """START:STOP:STEP as exact decimals, STOP excluded (0.01:2.00:0.01 is 0.01 ... 1.99).
+
+    Each price is the float nearest its exact decimal (as ``float(Decimal(...))`` gives it).
+    """
     try:
         start, stop, step = (Decimal(part) for part in spec.split(":"))
     except (ValueError, InvalidOperation):
         raise ValueError(
             f"'prices' must be START:STOP:STEP (decimals); received {spec!r}"
         ) from None
+    if not all(part.is_finite() for part in (start, stop, step)):
+        raise ValueError(f"'prices' needs finite START, STOP and STEP; received {spec!r}")
     if not (step > 0 and start > 0 and stop > start):
         raise ValueError(f"'prices' needs 0 < START < STOP and STEP > 0; received {spec!r}")
     count = int((stop - start) / step)
@@ -371,7 +378,32 @@ def parse_prices(spec: str) -> list[float]:
             f"{MAX_CANDIDATES:,} a job can score in reasonable time and memory; choose a larger "
             "STEP or a narrower range"
         )
+    fast = _decimal_grid(start, stop, step, count)
+    if fast is not None:
+        return fast
     return [float(p) for p in (start + i * step for i in range(count + 1)) if p < stop]
+
+
+def _decimal_grid(start: Decimal, stop: Decimal, step: Decimal, count: int) -> list[float] | None:
+    """The grid of :func:`parse_prices` with numpy, or None where it cannot be made exactly.
+
+    With ``scale = 10**places`` (the most decimal places of the three), every price is the
+    exact integer ``n = start*scale + i*step*scale`` over ``scale``; for ``n < 2**53`` and
+    ``scale <= 10**22`` both are exact doubles and IEEE division rounds ``n / scale``
+    correctly, which is the float nearest the decimal, as ``float(Decimal)`` gives it.
+    """
+    exponents = [part.as_tuple().exponent for part in (start, stop, step)]
+    places = max(0, *(-e for e in exponents if isinstance(e, int)))
+    if places > 22:
+        return None
+    scale = 10**places
+    first, last, stride = (int(part * scale) for part in (start, stop, step))
+    if first + stride * (count + 1) >= 1 << 53:
+        return None
+    numerators = first + stride * np.arange(count + 1, dtype=np.int64)
+    numerators = numerators[numerators < min(last, 1 << 62)]  # every n < 2**53: exact
+    prices: list[float] = (numerators.astype(np.float64) / float(scale)).tolist()
+    return prices
 
 
 def _prices(spec: object, base: Path | None) -> list[Any]:
@@ -415,6 +447,9 @@ class StatisticSpec:
     key_selection: dict[str, float] | None = None
     shares: dict[str, BudgetShare] = field(default_factory=dict)
     relation: str | None = None
+    # A best_price grid read once (Revenue), shared by check() and transform(): a 10^6-price
+    # grid is then validated and converted once per job, not once per build.
+    _grid: Revenue | None = field(default=None, init=False, repr=False, compare=False)
 
     def request(self, budget: PrivacyBudget) -> None:
         """Ask ``budget`` for this statistic's share(s) (before any data is read).
@@ -498,6 +533,11 @@ class StatisticSpec:
                     epsilon=keys[0], delta=keys[1], max_candidates_per_unit=bound
                 )
             params["key_selection"] = selection
+        if self.type == "best_price" and params.get("prices") is not None:
+            if self._grid is None:
+                prices = params["prices"]
+                self._grid = prices if isinstance(prices, Revenue) else Revenue(tuple(prices))
+            params["prices"] = self._grid
         namespace = _TRANSFORMS[self.type]
         variant = namespace.PerKey if "key_column" in params else namespace.Globally
         if self.type == "quantiles":

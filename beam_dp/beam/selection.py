@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from fractions import Fraction
 from typing import Any, Unpack
 
 import numpy as np
@@ -111,7 +110,7 @@ from beam_dp.beam.selection_combiners import (
     resolve_candidates,
     selection_plan,
 )
-from beam_dp.beam.selection_spec import SelectionSpec, ledger_bounds, nearest_float
+from beam_dp.beam.selection_spec import SelectionSpec, ledger_bounds
 from beam_dp.release import ledger_entries_to_record
 from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
 from beam_dp.summaries.counts import PER_UNIT_RULES
@@ -313,23 +312,22 @@ def _best_price(
     *,
     value_column: str,
     unit_column: str | None,
-    prices: Sequence[Any] | None,
+    prices: Sequence[Any] | Revenue | None,
     per_unit: str,
 ) -> Built:
     check_column(value_column, "value_column")
     check_column(unit_column, "unit_column", optional=True)
     if per_unit not in PER_UNIT_RULES:
         raise ValueError(f"'per_unit' must be one of {list(PER_UNIT_RULES)}; received {per_unit!r}")
-    score = Revenue.default() if prices is None else Revenue(tuple(prices))
+    score = _revenue(prices)
     record_level = unit_column is None
     windows = options.windows_per_unit(record_level)
     budget = options.budget("best_price")
-    exact = [Fraction(price) for price in score.prices]
-    labels = tuple(nearest_float(price) for price in exact)
-    # The nearest float of each price: for decimal prices, x >= price exactly when
-    # x >= threshold (see Revenue); the integer score step is Revenue.unit.
-    thresholds = np.array([float(price) for price in exact], dtype=np.float64)
-    scaled = np.array([int(price / score.unit) for price in exact], dtype=np.int64)
+    # The nearest float of each price is both the release label and the threshold: for
+    # decimal prices, x >= price exactly when x >= threshold (see Revenue); the integer score
+    # step is Revenue.unit. Labels stay an array: a 10^6-price grid pickles as one buffer.
+    thresholds = score.thresholds
+    scaled = score.scaled_prices
     # One value per unit comes from the per-unit rule, so no row bound is needed: the shuffle
     # only brings each unit's rows together (and bounds its keys for .PerKey).
     bounds = (
@@ -353,13 +351,27 @@ def _best_price(
         keys=keys,
         unit_column=unit_column,
         encode={"value_column": value_column},
-        combine_fn=RevenueFn(spec, labels, thresholds, scaled, rule),
+        combine_fn=RevenueFn(spec, thresholds, thresholds, scaled, rule),
         bounds=bounds,
-        labels=labels,
+        labels=thresholds,
         epsilon_total=budget.epsilon,
     )
     built.display["per_unit"] = "record" if rule is None else rule
     return built
+
+
+def _revenue(prices: Sequence[Any] | Revenue | None) -> Revenue:
+    """The revenue score of a grid: the default, a built :class:`Revenue` as it is, or a new one.
+
+    A float64 array or a list of Python floats takes ``Revenue``'s vectorised reading.
+    """
+    if prices is None:
+        return Revenue.default()
+    if isinstance(prices, Revenue):
+        return prices
+    if isinstance(prices, np.ndarray):
+        return Revenue(prices)
+    return Revenue(tuple(prices))
 
 
 class BestPrice:
@@ -377,7 +389,9 @@ class BestPrice:
         value_column: the willingness-to-pay field (numeric; NaN and null are bad records).
         unit_column: the privacy-unit field; None for record-level privacy (each record is
             one buyer).
-        prices: the public grid: exact decimals, strictly increasing (default 0.01 ... 1.99).
+        prices: the public grid: exact decimals, strictly increasing (default 0.01 ... 1.99),
+            or a :class:`~beam_dp.scores.Revenue` already built from it (a large grid is then
+            read once for several transforms).
         per_unit: ``"max"`` (default), ``"min"`` or ``"mean"``.
         **options: as in :class:`TopCandidates` (``name`` defaults to ``"best_price"``).
 
@@ -398,7 +412,7 @@ class BestPrice:
             *,
             value_column: str,
             unit_column: str | None,
-            prices: Sequence[Any] | None = None,
+            prices: Sequence[Any] | Revenue | None = None,
             per_unit: str = "max",
             **options: Unpack[PrivateOptions],
         ) -> None:
@@ -426,7 +440,7 @@ class BestPrice:
             *,
             value_column: str,
             unit_column: str | None,
-            prices: Sequence[Any] | None = None,
+            prices: Sequence[Any] | Revenue | None = None,
             per_unit: str = "max",
             **options: Unpack[PerKeyOptions],
         ) -> None:

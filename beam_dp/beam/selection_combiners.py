@@ -54,6 +54,7 @@ __all__ = [
     "CandidateCountsFn",
     "CustomScoreFn",
     "EncodeWithSideCandidatesFn",
+    "PackedGrid",
     "RevenueFn",
     "public_index",
     "resolve_candidates",
@@ -76,6 +77,11 @@ class _LabelCache:
         self._source: Any = None
         self._labels: Labels = ()
 
+    @property
+    def static(self) -> Labels | None:
+        """The static labels (None: from a side input)."""
+        return self._static
+
     def get(self, args: Sequence[Any]) -> Labels:
         if self._static is not None:
             return self._static
@@ -91,6 +97,63 @@ class _LabelCache:
 
     def __setstate__(self, state: tuple[Labels | None]) -> None:
         self.__init__(state[0])  # type: ignore[misc]
+
+
+class PackedGrid:
+    """A price grid (integer score steps and their float thresholds) as runs of equal steps.
+
+    :meth:`pack` keeps a grid only if unpacking gives back both arrays exactly (checked when
+    packing): the thresholds are ``scaled / 10**places`` in IEEE division, exact for integers
+    below 2**53 and ``places <= 22``, which is how ``Revenue`` makes the nearest float of a
+    decimal price.
+    """
+
+    __slots__ = ("first", "lengths", "places", "size", "steps")
+
+    def __init__(self, first: int, steps: Counts, lengths: Counts, size: int, places: int) -> None:
+        self.first = first
+        self.steps = steps
+        self.lengths = lengths
+        self.size = size
+        self.places = places
+
+    def __getstate__(self) -> tuple[int, Counts, Counts, int, int]:
+        return (self.first, self.steps, self.lengths, self.size, self.places)
+
+    def __setstate__(self, state: tuple[int, Counts, Counts, int, int]) -> None:
+        self.first, self.steps, self.lengths, self.size, self.places = state
+
+    @classmethod
+    def pack(
+        cls, scaled: Counts, thresholds: npt.NDArray[np.float64], max_runs: int = 1024
+    ) -> PackedGrid | None:
+        """The packed grid, or None when it has more than ``max_runs`` runs or is not exact."""
+        size = int(scaled.size)
+        if size < 2 or int(scaled[-1]) >= 1 << 53 or int(scaled[0]) < 0:
+            return None
+        diffs = np.diff(scaled)
+        starts = np.concatenate([[0], np.flatnonzero(diffs[1:] != diffs[:-1]) + 1])
+        if starts.size > max_runs:
+            return None
+        lengths = np.diff(np.concatenate([starts, [diffs.size]])).astype(np.int64)
+        first = float(scaled[0])
+        places = next((p for p in range(23) if first / float(10**p) == float(thresholds[0])), None)
+        if places is None:
+            return None
+        packed = cls(int(scaled[0]), diffs[starts].astype(np.int64), lengths, size, places)
+        again_scaled, again_thresholds = packed.unpack()
+        if np.array_equal(again_scaled, scaled) and np.array_equal(again_thresholds, thresholds):
+            return packed
+        return None
+
+    def unpack(self) -> tuple[Counts, npt.NDArray[np.float64]]:
+        """The scaled prices and their thresholds."""
+        scaled = np.empty(self.size, dtype=np.int64)
+        scaled[0] = self.first
+        np.cumsum(np.repeat(self.steps, self.lengths), out=scaled[1:])
+        scaled[1:] += self.first
+        thresholds = scaled.astype(np.float64) / float(10**self.places)
+        return scaled, thresholds
 
 
 class _VectorSelectFn(BatchedSelectFn):
@@ -218,6 +281,33 @@ class RevenueFn(_VectorSelectFn):
         self._thresholds = thresholds
         self._scaled_prices = scaled_prices
         self._per_unit = per_unit
+        self._packed: PackedGrid | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Beam pickles (and bz2-compresses) a combiner many times while it builds and starts a
+        # job: a grid given as START:STOP:STEP (runs of equal steps) goes as a few numbers,
+        # not as two arrays of a million entries (seconds per pickle).
+        state = dict(self.__dict__)
+        state["_packed"] = None
+        if self._packed is None:
+            self._packed = PackedGrid.pack(self._scaled_prices, self._thresholds)
+        if self._packed is not None:
+            state["_grid"] = self._packed
+            state["_labels_are_thresholds"] = self._labels.static is self._thresholds
+            state["_scaled_prices"] = state["_thresholds"] = None
+            if state["_labels_are_thresholds"]:
+                state["_labels"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        grid = state.pop("_grid", None)
+        labels_are_thresholds = state.pop("_labels_are_thresholds", False)
+        self.__dict__.update(state)
+        if grid is not None:
+            self._scaled_prices, self._thresholds = grid.unpack()
+            self._packed = grid
+            if labels_are_thresholds:
+                self._labels = _LabelCache(self._thresholds)
 
     def _size(self, num_candidates: int) -> int:
         return num_candidates + 1
