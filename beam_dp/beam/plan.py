@@ -12,9 +12,11 @@ Every ``.Globally`` / ``.PerKey`` transform of :mod:`beam_dp.beam.selection`,
    with or without data;
 5. one ``CombineGlobally`` (or ``CombinePerKey`` over key positions) whose
    ``extract_output`` samples the release(s); for ``.PerKey`` with a :class:`BatchedSelectFn`
-   (one selection per key), the per-key combine yields each key's merged scores instead, and
-   keys are released in batches, one vectorised exact draw per batch
-   (:class:`SelectBatchesPerKey`);
+   (one selection per key), keys are grouped in shards of about :data:`BATCH_WEIGHT`
+   accumulator entries, one combine per shard (every shard gets the markers), and each
+   shard's keys are released by one vectorised exact draw (:func:`_expand_sharded`); with
+   candidates from a side input, one combine per key yields merged scores and
+   ``BatchElements`` groups keys for the draw (:class:`SelectBatchesPerKey`);
 6. label each release with its public key and its window.
 
 :class:`PrivateTransform` is the base of every built transform: its label, display data and
@@ -55,12 +57,14 @@ __all__ = [
     "Plan",
     "PrivateTransform",
     "ReleaseBatchFn",
+    "ReleaseShardFn",
     "ScoresOnlyFn",
     "SelectBatchesPerKey",
     "expand_plan",
     "keyed_input",
     "label_releases",
     "split_by_key",
+    "split_by_shard",
     "values_of",
     "window_markers",
 ]
@@ -125,15 +129,32 @@ class BatchedSelectFn(beam.CombineFn):
         """Each key's releases (in the order of ``scores``), as ``extract_output`` gives them."""
         raise NotImplementedError
 
+    def row_size(self) -> int | None:
+        """The size of one key's accumulator, or None when unknown while building (candidates
+        from a side input)."""
+        return None
+
+    def keys_per_shard(self) -> int | None:
+        """Keys per shard for :meth:`shard_fn` (a shard weighs about :data:`BATCH_WEIGHT`), or
+        None to batch keys after a per-key combine (when :meth:`row_size` is unknown)."""
+        size = self.row_size()
+        return None if size is None else max(1, BATCH_WEIGHT // (size + _KEY_WEIGHT))
+
+    def shard_fn(self, keys_per_shard: int) -> beam.CombineFn:
+        """A combiner of ``(shard, batch)`` whose accumulator holds all keys of one shard
+        (keys ``shard * keys_per_shard + i``) and whose ``extract_output`` gives a sequence
+        of one accumulator per key of the shard (each for :meth:`scores_of`)."""
+        raise NotImplementedError
+
     def batch_weight(self, scores: Any) -> int:
         """A key's share of a batch (its candidates; batches hold about ``BATCH_WEIGHT``)."""
         return 1 if scores is None else int(np.shape(scores)[0]) + _KEY_WEIGHT
 
 
-#: The weight of one batch of keys (:meth:`BatchedSelectFn.batch_weight`): about a million
-#: candidates, as ``select_per_key`` chunks them (memory only).
-BATCH_WEIGHT = 1 << 20
-# Each key counts as this many extra candidates (its Python objects): ~16k keys of 2.
+#: The weight of one batch or shard of keys (:meth:`BatchedSelectFn.batch_weight`): about
+#: 2^18 accumulator entries (2 MB of int64 per shard accumulator; memory and cost only).
+BATCH_WEIGHT = 1 << 18
+# Each key counts as this many extra entries (its Python objects): ~4k keys of 2 candidates.
 _KEY_WEIGHT = 62
 
 
@@ -185,6 +206,51 @@ class ReleaseBatchFn(beam.DoFn):
         releases = self._fn.release_batch([scores for _, scores in batch], *args)
         for (position, _), released in zip(batch, releases, strict=True):
             yield position, released
+
+
+class ReleaseShardFn(beam.DoFn):
+    """``(shard, per-key accumulators)`` to ``(key position, releases)``, one draw per shard."""
+
+    def __init__(self, combine_fn: BatchedSelectFn, keys_per_shard: int, num_keys: int) -> None:
+        super().__init__()
+        self._fn = combine_fn
+        self._keys_per_shard = keys_per_shard
+        self._num_keys = num_keys
+
+    def process(
+        self, element: tuple[int, Sequence[Any]], candidates: Any = None
+    ) -> Iterator[tuple[int, list[Release]]]:
+        # ``candidates``: as in ReleaseBatchFn (a named parameter, not ``*args``).
+        args = () if candidates is None else (candidates,)
+        shard, accumulators = element
+        first = shard * self._keys_per_shard
+        count = min(self._keys_per_shard, self._num_keys - first)  # the last shard is short
+        scores = [self._fn.scores_of(accumulators[i], *args) for i in range(count)]
+        for i, released in enumerate(self._fn.release_batch(scores, *args)):
+            yield first + i, released
+
+
+def split_by_shard(batch: ColumnBatch, keys_per_shard: int) -> Iterator[tuple[int, ColumnBatch]]:
+    """Split a batch by shard of its ``KEY`` column (``position // keys_per_shard``).
+
+    All rows of a key stay in one sub-batch, so every unit's rows for that key stay together.
+    """
+    if not num_rows(batch) or KEY not in batch:
+        return
+    shards = batch[KEY] // keys_per_shard
+    if shards.size and int(shards.min()) == int(shards.max()):
+        yield int(shards[0]), batch
+        return
+    order = np.argsort(shards, kind="stable")
+    sorted_shards = shards[order]
+    boundaries = np.flatnonzero(sorted_shards[1:] != sorted_shards[:-1]) + 1
+    for rows in np.split(order, boundaries):
+        yield int(shards[rows[0]]), take(batch, rows)
+
+
+def _every_shard(_: Any, num_shards: int) -> Iterator[tuple[int, ColumnBatch]]:
+    for shard in range(num_shards):
+        yield shard, EMPTY
 
 
 class SelectBatchesPerKey(beam.PTransform):
@@ -380,8 +446,13 @@ class AttachWindowFn(beam.DoFn):
 # ---------------------------------------------------------------------------- the path
 
 
-def _prepare(pcoll: PCollection, plan: Plan) -> tuple[PCollection, tuple[Any, ...]]:
-    """Encoded (and bounded) batches, or raw values; and the combiner's side inputs."""
+def _prepare(
+    pcoll: PCollection, plan: Plan, *, split: bool = True
+) -> tuple[PCollection, tuple[Any, ...]]:
+    """Encoded (and bounded) batches, or raw values; and the combiner's side inputs.
+
+    ``.PerKey`` batches are split by key unless ``split`` is False (the caller splits).
+    """
     unit_level = plan.bounds is not None
     check_windowing(pcoll, unit_level=unit_level, max_windows_per_unit=plan.max_windows_per_unit)
     args: tuple[Any, ...] = ()
@@ -402,7 +473,7 @@ def _prepare(pcoll: PCollection, plan: Plan) -> tuple[PCollection, tuple[Any, ..
             salt=plan.salt,
             max_windows_per_unit=plan.max_windows_per_unit,
         )
-    if plan.keys is not None:
+    if plan.keys is not None and split:
         batches = batches | "SplitByKey" >> beam.FlatMap(split_by_key)
     return batches, args
 
@@ -446,6 +517,11 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
     Every window that holds input gets a release (per public key for ``.PerKey``), and so
     does the global window without any input (:func:`window_markers`).
     """
+    fn = plan.combine_fn
+    if plan.keys is not None and isinstance(fn, BatchedSelectFn) and fn.batchable:
+        keys_per_shard = fn.keys_per_shard()
+        if keys_per_shard is not None:
+            return _expand_sharded(pcoll, plan, fn, keys_per_shard, plan.keys)
     values, args = _prepare(pcoll, plan)
     with_markers = _with_markers(pcoll, plan, values)
     if plan.keys is None:
@@ -455,7 +531,6 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
             | "Releases" >> beam.FlatMap(_as_list)
         )
     else:
-        fn = plan.combine_fn
         if isinstance(fn, BatchedSelectFn) and fn.batchable:
             select: beam.PTransform = SelectBatchesPerKey(fn, *args)
         else:
@@ -465,6 +540,35 @@ def expand_plan(pcoll: PCollection, plan: Plan) -> PCollection:
             | "SelectPerKey" >> select
             | "AttachKey" >> beam.ParDo(AttachKeyFn(plan.keys))
         )
+    return releases | "AttachWindow" >> beam.ParDo(AttachWindowFn())
+
+
+def _expand_sharded(
+    pcoll: PCollection,
+    plan: Plan,
+    fn: BatchedSelectFn,
+    keys_per_shard: int,
+    keys: tuple[Any, ...],
+) -> PCollection:
+    """``.PerKey`` with keys grouped in shards: one combine per shard, one draw per shard.
+
+    Each shard's accumulator holds its keys' accumulators, batches are split by shard (not
+    by key), and every shard gets an empty batch per releasing window (the markers), so every
+    public key releases in exactly the windows it would with one combine per key.
+    """
+    num_keys = len(keys)
+    num_shards = -(-num_keys // keys_per_shard)
+    values, args = _prepare(pcoll, plan, split=False)
+    sharded = values | "SplitByShard" >> beam.FlatMap(split_by_shard, keys_per_shard)
+    markers = window_markers(pcoll, unit_level=plan.bounds is not None)
+    every_shard = markers | "EveryShard" >> beam.FlatMap(_every_shard, num_shards)
+    releases = (
+        (sharded, every_shard)
+        | "WithEveryShard" >> beam.Flatten()
+        | "SelectPerShard" >> beam.CombinePerKey(fn.shard_fn(keys_per_shard), *args)
+        | "ReleaseShard" >> beam.ParDo(ReleaseShardFn(fn, keys_per_shard, num_keys), *args)
+        | "AttachKey" >> beam.ParDo(AttachKeyFn(keys))
+    )
     return releases | "AttachWindow" >> beam.ParDo(AttachWindowFn())
 
 

@@ -21,7 +21,11 @@ The transforms take **batches**, never single rows: pyarrow RecordBatches or Tab
    (:mod:`beam_dp.summaries.counts`); vectors merge by addition.
 4. ``extract_output`` runs the exact sampler (:mod:`beam_dp.mechanisms`) **once** on the merged
    accumulator and returns a :class:`~beam_dp.release.Release` whose ledger holds ε, Δ, the
-   relation, the contribution bounds and ``accuracy`` (DESIGN §7).
+   relation, the contribution bounds and ``accuracy`` (DESIGN §7). ``.PerKey`` with ``k = 1``
+   (top candidates, best price, elections) merges each key's scores the same way and then
+   releases keys in batches, one vectorised exact draw per batch
+   (:func:`~beam_dp.mechanisms.select_per_key`: the same law per key, a few microseconds per
+   key instead of a few hundred); top-k and :class:`ExponentialSelect` draw once per key.
 
 Privacy, common to every transform here:
 

@@ -4,7 +4,10 @@ Every combiner follows Beam's contract: the accumulator is a numpy array (or a s
 picklable summary), ``merge_accumulators`` modifies only the first accumulator, inputs are
 whole column batches reduced with numpy, and ``extract_output`` runs the exact sampler once on
 the merged accumulator and returns a list of :class:`~beam_dp.release.Release` (one, or
-none when a side input brought no candidate; key selection returns two).
+none when a side input brought no candidate; key selection returns two). The vector combiners
+are :class:`~beam_dp.beam.plan.BatchedSelectFn`: for ``.PerKey`` with ``k = 1`` they also give
+each key's merged scores and release a batch of keys in one exact draw
+(:meth:`~beam_dp.beam.selection_spec.SelectionSpec.release_many`).
 
 Inputs to the combiners are encoded column batches (:mod:`beam_dp.batching`). When a privacy
 unit column is given, every batch holds *all* (bounded) rows of each unit in it: that is what
@@ -26,6 +29,7 @@ from apache_beam.pvalue import PCollection
 
 from beam_dp.batching import (
     CANDIDATE,
+    KEY,
     UNIT,
     VALUE,
     ColumnBatch,
@@ -201,6 +205,23 @@ class _VectorSelectFn(BatchedSelectFn):
         """One selection per key (``k = 1``): keys can be released in batches."""
         return self._spec.k == 1
 
+    def row_size(self) -> int | None:
+        static = self._labels.static
+        return None if static is None else self._size(len(static))
+
+    def shard_fn(self, keys_per_shard: int) -> beam.CombineFn:
+        return _ShardFn(self, keys_per_shard)
+
+    def _summarise_keys(
+        self, batch: ColumnBatch, rows: npt.NDArray[np.int64], accumulator: Counts, n: int
+    ) -> None:
+        """Add a batch into the rows ``rows`` (one per record: its key's row) of a shard's
+        accumulator; by default one key at a time (all of a key's rows together)."""
+        keyed = dict(batch)
+        keyed[KEY] = rows
+        for row, sub in split_by_key(keyed):
+            accumulator[row] += self._summarise(sub, n)
+
     def scores_of(self, accumulator: Counts, *args: Any) -> Any:
         """The merged scores :meth:`extract_output` would select from (None: no candidate)."""
         if len(self._labels.get(args)) == 0:
@@ -243,6 +264,17 @@ class CandidateCountsFn(_VectorSelectFn):
 
     def _summarise(self, batch: ColumnBatch, num_candidates: int) -> Counts:
         return candidate_counts(batch[CANDIDATE], num_candidates)
+
+    def _summarise_keys(
+        self, batch: ColumnBatch, rows: npt.NDArray[np.int64], accumulator: Counts, n: int
+    ) -> None:
+        # Rows per (key, candidate) at once: the same counts as one bincount per key.
+        cells = accumulator.shape[0] * n
+        positions = np.asarray(batch[CANDIDATE], dtype=np.int64).ravel()
+        if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= n):
+            raise ValueError(f"candidate positions must lie in [0, {n})")  # as candidate_counts
+        flat = rows * n + positions
+        accumulator += np.bincount(flat, minlength=cells).reshape(accumulator.shape)
 
     def _scores(self, accumulator: Counts) -> Counts:
         if self._score == "margin":
@@ -327,6 +359,41 @@ class RevenueFn(_VectorSelectFn):
             [int(p) * int(b) for p, b in zip(self._scaled_prices, buyers, strict=True)],
             dtype=object,
         )
+
+
+class _ShardFn(beam.CombineFn):
+    """One shard of a ``.PerKey`` selection's keys: a ``(keys_per_shard, size)`` accumulator.
+
+    Row ``i`` is what the per-key combiner's accumulator would be for key
+    ``shard * keys_per_shard + i`` (``position % keys_per_shard``); ``extract_output`` gives
+    the rows, released by :class:`~beam_dp.beam.plan.ReleaseShardFn`.
+    """
+
+    def __init__(self, fn: _VectorSelectFn, keys_per_shard: int) -> None:
+        super().__init__()
+        self._fn = fn
+        self._keys_per_shard = keys_per_shard
+
+    def create_accumulator(self, *args: Any) -> Counts:
+        size = self._fn._size(len(self._fn._labels.get(args)))
+        return np.zeros((self._keys_per_shard, size), dtype=np.int64)
+
+    def add_input(self, accumulator: Counts, batch: ColumnBatch, *args: Any) -> Counts:
+        if num_rows(batch):
+            rows = np.asarray(batch[KEY], dtype=np.int64) % self._keys_per_shard
+            n = len(self._fn._labels.get(args))
+            self._fn._summarise_keys(batch, rows, accumulator, n)
+        return accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[Counts], *args: Any) -> Counts:
+        iterator = iter(accumulators)
+        return merge_into(next(iterator), iterator)
+
+    def extract_output(self, accumulator: Counts, *args: Any) -> Counts:
+        return accumulator
+
+    def display_data(self) -> dict[str, Any]:
+        return self._fn.display_data()
 
 
 class CustomScoreFn(beam.CombineFn):

@@ -18,6 +18,7 @@ import pytest
 from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampedValue
 
+from beam_dp.batching import CANDIDATE, KEY, UNIT, VALUE, take
 from beam_dp.beam import plan as plan_module
 from beam_dp.beam import selection_spec
 from beam_dp.beam.plan import BatchedSelectFn
@@ -231,3 +232,70 @@ def test_best_price_per_key_labels_are_python_floats(collect: Any) -> None:
     for release in releases:
         assert type(release.value) is float and release.value in (0.5, 1.0, 2.0, 2.5)
         assert math.isclose(release.ledger.sensitivity, 2.5)
+
+
+@pytest.mark.parametrize("labels", [["b", "a", "c"], []])
+def test_per_key_with_candidates_from_a_side_input(collect: Any, labels: list[str]) -> None:
+    # As one draw per key: sorted labels; an empty side input releases nothing for any key.
+    rows = {"k": ["x", "y", "y"], "c": ["a", "b", "a"]}
+
+    def build(p: beam.Pipeline) -> Any:
+        candidates = p | "Candidates" >> beam.Create(labels)
+        return (
+            p
+            | beam.Create([rows])
+            | TopCandidates.PerKey(
+                candidate_column="c",
+                candidates=candidates,
+                unit_column=None,
+                key_column="k",
+                keys=["x", "y", "z"],
+                epsilon=1.0,
+            )
+        )
+
+    releases = [release for release, _ in collect(build)]
+    if not labels:
+        assert releases == []
+        return
+    assert sorted(release.key for release in releases) == ["x", "y", "z"]
+    for release in releases:
+        assert release.value in labels and release.ledger.num_candidates == 3
+
+
+@pytest.mark.parametrize("which", ["counts", "margin", "revenue"])
+def test_shard_accumulator_rows_are_the_per_key_accumulators(which: str) -> None:
+    # Driven by hand: a shard's row i is the per-key combiner's accumulator of its key, for
+    # one pass and for add + merge over batches (each unit's rows in one batch).
+    keys = [f"k{i}" for i in range(8)]
+    common: dict[str, Any] = {"unit_column": "u", "key_column": "k", "keys": keys, "epsilon": 1.0}
+    transform: Any
+    if which == "revenue":
+        transform = BestPrice.PerKey(value_column="v", prices=[0.5, 1.0, 2.0], **common)
+    else:
+        score = "plurality" if which == "counts" else "margin"
+        transform = Election.PerKey(
+            candidate_column="c", candidates=["a", "b"], score=score, **common
+        )
+    fn = transform._plan.combine_fn
+    rng = np.random.default_rng(5)
+    rows = 400
+    batch = {
+        KEY: rng.integers(4, 8, size=rows),  # shard 1 of keys_per_shard = 4
+        UNIT: rng.integers(0, 50, size=rows),
+        CANDIDATE: rng.integers(0, 2, size=rows),
+        VALUE: rng.uniform(0.0, 3.0, size=rows),
+    }
+    shard = fn.shard_fn(4)
+    one_pass = shard.add_input(shard.create_accumulator(), batch)
+    halves = [take(batch, np.flatnonzero(batch[UNIT] % 2 == h)) for h in (0, 1)]
+    merged = shard.merge_accumulators(
+        [shard.add_input(shard.create_accumulator(), half) for half in halves]
+    )
+    for key in range(4, 8):
+        sub = take(batch, np.flatnonzero(batch[KEY] == key))
+        expected = fn.add_input(fn.create_accumulator(), sub)
+        assert np.array_equal(one_pass[key % 4], expected)
+        assert np.array_equal(merged[key % 4], expected)
+        assert np.array_equal(fn.scores_of(one_pass[key % 4]), fn._scores(expected))
+    assert fn.keys_per_shard() == plan_module.BATCH_WEIGHT // (fn.row_size() + 62)
