@@ -386,13 +386,11 @@ def cdf_statement(
         "ks_distance": "cumulative fraction (KS distance, at every point)",
         "rounding_error": "cumulative fraction (1 / (2k), included in ks_distance)",
     }
-    normaliser = "the public n"
+    normaliser, count = "the public n", ""
     if count_error is not None:
         units["count_error"] = "rows (|released count - N|, included in ks_distance)"
-        normaliser = (
-            f"N, the number of values kept (itself released within +/- {count_error} rows, "
-            "accounted for in the bound)"
-        )
+        normaliser = "N, the number of values kept"
+        count = f" N was released within +/- {count_error} rows, which the bound accounts for."
     return AccuracyStatement(
         bounds={"ks_distance": distance},
         units=units,
@@ -402,7 +400,7 @@ def cdf_statement(
             f"snapped up to the public grid of {num_points:,} points, normalised by "
             f"{normaliser}); a quantile read from it has a data CDF value within "
             f"{_stated(distance)} of its alpha. The release is {k:,} synthetic points; its "
-            f"resolution alone costs up to {_stated(1 / (2 * k))}."
+            f"resolution alone costs up to {_stated(1 / (2 * k))}.{count}"
         ),
     )
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
+import math
 import os
 import re
 import shutil
@@ -11,9 +13,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from beam_dp.accounting import PrivacyBudget
+from beam_dp.beam.cdf import PrivateCDF
 from beam_dp.io.outputs import write_outputs
 from beam_dp.io.report import format_number, grid_decimals, render_report
 from beam_dp.release import Release, make_release, release_document
@@ -328,3 +332,80 @@ def test_odd_documents_render_escaped_and_without_errors() -> None:
     assert "inf" in page and '[1, "ü"]' in html.unescape(page)
     empty = {"releases": [], "budget": {**document["budget"], "epsilon_total": 0.0, "shares": []}}
     assert "0 statistics, 0 releases" in _page(empty)
+
+
+# ------------------------------------------------------------------ a private CDF
+
+
+def _cdf(key: Any = None, quantiles: list[float] | None = None, seed: int = 0) -> Release:
+    """A real PrivateCDF release (its combiner's spec over a grid histogram)."""
+    transform = PrivateCDF.Globally(
+        lower=0.0,
+        upper=100.0,
+        num_points=201,
+        epsilon=2.0,
+        unit_column=None,
+        quantiles=quantiles,
+        name="spend_cdf" if key is None else "spend_cdf_by_country",
+    )
+    spec = transform.spec
+    values = np.random.default_rng(seed).lognormal(3.0, 0.5, 3000)
+    release = spec.release(spec.draw(spec.grid.histogram(values)))
+    return release if key is None else dataclasses.replace(release, key=key)
+
+
+def test_a_cdf_is_drawn_as_a_step_plot_with_its_band_and_a_quantile_table() -> None:
+    release = _cdf(quantiles=[0.1, 0.5, 0.9])
+    document = release_document([release], PrivacyBudget(4.0).to_json())
+    panel = _panel(_page(document), "spend_cdf")
+    assert panel.count("<svg") == 1 and panel.count("<polyline") == 1
+    assert panel.count("<polygon") == 1  # F ± D, one curve
+    value = release.value
+    for alpha, q in value.quantiles:
+        assert f'<th class="n">{format_number(alpha)}</th>' in panel
+        assert f'<td class="n">{format_number(q)}</td>' in panel
+    assert "requested quantiles" in panel and f'<td class="n">{value.n_hat:,}</td>' in panel
+    assert "n̂ (released)" in panel
+    assert "the released CDF is within" in html.unescape(panel)
+    assert "at every point" in panel
+    # without the sentence (stripped), the report words the bound itself
+    stripped = _document(release)
+    assert "the released CDF is within" in _panel(_page(stripped), "spend_cdf")
+    assert "log candidates" not in _page(stripped)
+
+
+def test_a_cdf_per_key_draws_at_most_eight_curves_and_lists_every_key() -> None:
+    releases = [_cdf(key=f"k{i}", seed=i) for i in range(10)]
+    page = _page(_document(*releases))
+    panel = _panel(page, "spend_cdf_by_country")
+    assert panel.count("<polyline") == 8 and "<polygon" not in panel
+    assert "the first 8 of 10 releases are drawn" in panel
+    assert all(f"<tr><th>k{i}</th>" in panel for i in range(10))
+    assert '<th class="n">0.5</th>' in panel  # quartiles and deciles read from each CDF
+    assert "each released CDF is within its bound (column KS ≤)" in html.unescape(panel)
+    for release in releases:  # each key's bound, rounded up, in its row
+        bound = release.accuracy["ks_distance"]
+        assert 0.01 <= bound < 0.1  # three significant digits: four decimals
+        assert f'<td class="n">{math.ceil(bound * 10**4 - 1e-9) / 10**4:g}</td>' in panel
+    median = releases[3].value.quantile(0.5)
+    assert f'<td class="n">{format_number(median)}</td>' in panel
+
+
+def test_a_cdf_release_goes_through_every_output(tmp_path: Path) -> None:
+    document = _document(_cdf(quantiles=[0.5]))
+    out = write_outputs(document, tmp_path / "out")
+    assert json.loads((out / "release.json").read_text(encoding="utf-8")) == json.loads(
+        json.dumps(document)
+    )
+    assert "<svg" in (out / "report.html").read_text(encoding="utf-8")
+
+
+def test_a_cdf_report_fits_the_window_in_headless_chromium(tmp_path: Path) -> None:
+    chromium = _chromium()
+    releases = [_cdf(quantiles=[0.25, 0.5, 0.75])]
+    releases += [_cdf(key=key, seed=i) for i, key in enumerate(["de", "日本", _LONG_KEY])]
+    out = write_outputs(_document(*releases), tmp_path / "out")
+    facts = _measure(chromium, out / "report.html", 1000, tmp_path)
+    assert facts["scrollWidth"] <= facts["innerWidth"], facts["scrollWidth"]
+    assert facts["widest"] <= facts["innerWidth"] + 0.5, facts["widest"]
+    assert "the released CDF is within" in facts["text"] and "日本" in facts["text"]
