@@ -23,7 +23,8 @@ Public rules and privacy:
   points counts at the upper one); NaN and null values are dropped; with a ``unit_column`` each
   unit keeps ``max_contributions`` values (and ``max_keys_per_unit`` keys, in
   ``max_windows_per_unit`` windows). Each release runs at ``ε / (keys · windows)`` one unit can
-  reach (:func:`~beam_dp.beam.options.split_share`).
+  reach (:func:`~beam_dp.beam.options.split_share`). ``max_contributions="auto"`` is refused
+  here: the bound must be fixed at construction (the sensitivity is ``max_contributions * k``).
 * **The normaliser**: the KS distance compares ``N_i / n`` with the synthetic ``C_i / k``.
 
   - ``n`` given (public): the mechanism uses it, under either relation. A unit moves every
@@ -430,6 +431,11 @@ class _CDFTransform(PrivateTransform):
             raise ValueError(
                 "'method' must be 'exponential' for PrivateCDF (the KS mechanism is an "
                 f"exponential mechanism over multisets of grid points); received {method!r}"
+            )
+        if given.get("max_contributions") == "auto":  # a fixed c decides Δ = c k here
+            raise ValueError(
+                "max_contributions='auto' is not available for PrivateCDF yet: give an integer "
+                "(the KS mechanism's sensitivity is max_contributions * k)"
             )
         values, _ = take_value_options(self, given, DEFAULT_NUM_POINTS)  # nothing else left
         common = values.common
