@@ -59,6 +59,7 @@ from apache_beam.transforms.window import (
 )
 
 from beam_dp.batching import (
+    KEY,
     UNIT,
     ColumnBatch,
     ContributionBounds,
@@ -73,12 +74,15 @@ from beam_dp.telemetry import exact_counts_enabled
 # EncodeBatches and is_heartbeat live in beam_dp.beam.encoding; importable from here too.
 __all__ = [
     "BoundContributions",
+    "CountHistogramFn",
     "EncodeBatches",
     "MatchBoundedWindows",
     "WindowAdmissions",
     "check_windowing",
     "is_heartbeat",
     "kept_windows",
+    "rebound_rows",
+    "rows_per_unit_histogram",
 ]
 
 _NAMESPACE = "beam_dp"
@@ -591,3 +595,73 @@ class BoundContributions(beam.PTransform):
             "num_shards": self._num_shards,
             "max_windows_per_unit": self._max_windows,
         }
+
+
+# ------------------------------------------------------------------ rows per unit, re-bounded
+
+
+def rows_per_unit_histogram(batch: ColumnBatch, cap: int) -> npt.NDArray[np.int64]:
+    """How many (unit, key) groups of ``batch`` hold ``c`` rows, ``c`` capped at ``cap``.
+
+    ``batch`` must hold every row of its units (per key, per window), as the batches out of
+    :class:`BoundContributions` do (and their per-key splits). Without a ``KEY`` column a
+    group is a unit. Returns an int64 array of length ``cap + 1`` (index 0 is always 0).
+
+    **Privacy:** exact counts: the input of a private bound choice
+    (:func:`beam_dp.summaries.contribution_bounds.choose_bound`), never released as such.
+    """
+    histogram = np.zeros(int(cap) + 1, dtype=np.int64)
+    if not num_rows(batch) or UNIT not in batch:
+        return histogram
+    if KEY in batch:
+        pairs = np.stack([batch[UNIT].view(np.int64), batch[KEY].astype(np.int64)])
+        _, counts = np.unique(pairs, axis=1, return_counts=True)
+    else:
+        _, counts = np.unique(batch[UNIT], return_counts=True)
+    histogram += np.bincount(np.minimum(counts, int(cap)), minlength=int(cap) + 1)
+    return histogram
+
+
+class CountHistogramFn(beam.CombineFn):
+    """The sum of rows-per-unit histograms of one length (``cap + 1``): an exact merge."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self._cap = int(cap)
+
+    def create_accumulator(self) -> npt.NDArray[np.int64]:
+        return np.zeros(self._cap + 1, dtype=np.int64)
+
+    def add_input(
+        self, accumulator: npt.NDArray[np.int64], element: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        accumulator += element
+        return accumulator
+
+    def merge_accumulators(
+        self, accumulators: Iterable[npt.NDArray[np.int64]]
+    ) -> npt.NDArray[np.int64]:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            first += other
+        return first
+
+    def extract_output(self, accumulator: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        return accumulator
+
+
+def rebound_rows(batch: ColumnBatch, max_contributions: int, salt: int) -> ColumnBatch:
+    """Keep a uniform sample of ``max_contributions`` rows of every (unit, key) of ``batch``.
+
+    For batches already bounded at a larger cap by :class:`BoundContributions` (which keeps
+    a uniform sample of at most the cap rows): a uniform sample of a uniform sample is a
+    uniform sample of ``min(rows, max_contributions)`` of the unit's rows.
+
+    **Privacy:** a function of each unit's own rows and the salt, as :func:`bound_rows`.
+    """
+    if not num_rows(batch):
+        return batch
+    return bound_rows(
+        batch, ContributionBounds(max_contributions_per_unit=int(max_contributions)), salt
+    )

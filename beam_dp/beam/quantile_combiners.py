@@ -11,9 +11,11 @@ accumulator (:mod:`beam_dp.summaries.quantiles`) and returns a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TypeVar
 
 import apache_beam as beam
@@ -22,6 +24,7 @@ import numpy as np
 from beam_dp.beam.plan import values_of
 from beam_dp.mechanisms import RandomSource
 from beam_dp.release import Release, make_release, mean_statement, quantile_statement
+from beam_dp.summaries.contribution_bounds import BoundChoice, choose_bound
 from beam_dp.summaries.histogram import ExactSum, Grid, GridHistogram
 from beam_dp.summaries.quantiles import (
     MEAN_RESOLUTION,
@@ -39,6 +42,8 @@ from beam_dp.summaries.quantiles import (
 )
 
 __all__ = [
+    "AutoBoundSpec",
+    "AutoQuantileCombineFn",
     "BinFineFn",
     "FineCombineFn",
     "FinePartial",
@@ -79,6 +84,17 @@ class QuantileSpec:
     bounds: Mapping[str, int]
     confidence: float
     rng: RandomSource | None
+    auto: AutoBoundSpec | None = None
+    chosen: BoundChoice | None = None
+
+    def for_choice(self, choice: BoundChoice) -> QuantileSpec:
+        """This spec at the privately chosen bound: its plan, bounds and record."""
+        if self.auto is None:
+            raise ValueError("for_choice applies only with max_contributions='auto'")
+        bounds = {**self.bounds, "max_contributions_per_unit": int(choice.bound)}
+        return dataclasses.replace(
+            self, plan=self.auto.plans[choice.bound], bounds=bounds, chosen=choice
+        )
 
     def release(self, selection: QuantileSelection) -> Release:
         extra = {
@@ -86,6 +102,11 @@ class QuantileSpec:
             "rank_error": selection.rank_error,
             "cell_width": selection.cell_width,
         }
+        if self.auto is not None:
+            # The release is charged its whole epsilon: the bound choice's share and the
+            # statistic's part (its accuracy above is at the statistic's part).
+            extra["epsilon_bound_choice"] = float(self.auto.bound_epsilon)
+            extra["epsilon_statistic"] = float(self.auto.statistic_epsilon)
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
         value: Any = selection.values[0] if self.scalar else list(selection.values)
@@ -112,6 +133,51 @@ class QuantileSpec:
             ),
             rho=self.rho,
             rng_secure=selection.secure,
+        )
+
+
+@dataclass(frozen=True)
+class AutoBoundSpec:
+    """``max_contributions="auto"``: the bound choice and the plans at every candidate (public).
+
+    Attributes:
+        candidates: the public candidate bounds (powers of two up to ``cap``).
+        cap: the cap the rows were first bounded at, and the histogram's last count.
+        rule, alpha: the bound rule (:func:`~beam_dp.summaries.contribution_bounds.choose_bound`).
+        choice_epsilon: epsilon of the one bound choice per window: ``share`` of each key's
+            epsilon times ``counts_per_unit`` (the keys one unit reaches, each spending its
+            share on the one choice).
+        key_epsilon: each release's recorded epsilon (what it is charged).
+        bound_epsilon, statistic_epsilon: the two parts of ``key_epsilon`` (they sum to it).
+        counts_per_unit: counts of the histogram one unit can hold (its keys).
+        method, relation: of the choice (those of the statistic).
+        plans: the quantile plan at each candidate bound, at ``statistic_epsilon``.
+    """
+
+    candidates: tuple[int, ...]
+    cap: int
+    rule: str
+    alpha: Fraction
+    choice_epsilon: Fraction
+    key_epsilon: Fraction
+    bound_epsilon: Fraction
+    statistic_epsilon: Fraction
+    counts_per_unit: int
+    method: str
+    relation: str
+    plans: Mapping[int, QuantilePlan]
+
+    def choose(self, counts: Any, rng: RandomSource | None) -> BoundChoice:
+        """The private choice from the merged rows-per-unit histogram (``choice_epsilon``-DP)."""
+        return choose_bound(
+            counts,
+            epsilon=self.choice_epsilon,
+            rule=self.rule,
+            alpha=self.alpha,
+            relation=self.relation,
+            counts_per_unit=self.counts_per_unit,
+            method=self.method,
+            rng=rng,
         )
 
 
@@ -157,6 +223,34 @@ class QuantileCombineFn(beam.CombineFn):
             "grid": repr(self._spec.grid),
             "pass": "coarse" if self._coarse else "single",
         }
+
+
+class AutoQuantileCombineFn(QuantileCombineFn):
+    """:class:`QuantileCombineFn` whose release runs at the privately chosen bound.
+
+    The chosen :class:`~beam_dp.summaries.contribution_bounds.BoundChoice` is a singleton
+    side input (one per window); ``extract_output`` plans at its bound with the statistic's
+    part of epsilon (all plans are public, made at construction).
+    """
+
+    def create_accumulator(self, *args: Any) -> GridHistogram:
+        return super().create_accumulator()
+
+    def add_input(self, accumulator: GridHistogram, element: Any, *args: Any) -> GridHistogram:
+        return super().add_input(accumulator, element)
+
+    def merge_accumulators(
+        self, accumulators: Iterable[GridHistogram], *args: Any
+    ) -> GridHistogram:
+        return super().merge_accumulators(accumulators)
+
+    def compact(self, accumulator: GridHistogram, *args: Any) -> GridHistogram:
+        return super().compact(accumulator)
+
+    def extract_output(self, accumulator: GridHistogram, *args: Any) -> Release:
+        choice = args[0]
+        spec = self._spec.for_choice(choice)
+        return spec.release(select_quantiles(accumulator, spec.grid, spec.plan, rng=spec.rng))
 
 
 @dataclass

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Required, TypedDict
+from fractions import Fraction
+from typing import Any, Literal, Required, TypedDict
 
 import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp._validation import check_positive_int
+from beam_dp._validation import check_positive_int, check_probability_open
 from beam_dp.batching import ContributionBounds
 from beam_dp.beam.options import (
     CommonOptions,
@@ -27,9 +28,20 @@ from beam_dp.beam.options import (
     check_column,
 )
 from beam_dp.beam.plan import Plan, PrivateTransform
+from beam_dp.summaries.contribution_bounds import (
+    BOUND_RULES,
+    DEFAULT_ALPHA,
+    DEFAULT_CAP,
+    DEFAULT_RULE,
+    DEFAULT_SHARE,
+    BoundRule,
+    candidate_bounds,
+)
+from beam_dp.summaries.grids import parse_resolution, resolution_grid
 from beam_dp.summaries.histogram import Grid
 
 __all__ = [
+    "AutoBound",
     "GridLike",
     "MeanOptions",
     "MeanPerKeyOptions",
@@ -68,7 +80,21 @@ class _ValueOptions(TypedDict, total=False):
         num_points: grid size for ``"uniform"`` and ``"log"`` (2 to ``MAX_GRID_POINTS``;
             default 10^6 for quantiles, 10^4 for the mean).
         max_contributions: values kept per privacy unit (needs ``unit_column``); the
-            sensitivity is multiplied by it.
+            sensitivity is multiplied by it. ``"auto"``: chosen privately per window from the
+            histogram of rows per unit (per (unit, key) for ``.PerKey``) with ``bound_share``
+            of the statistic's epsilon (:class:`AutoBound`; quantile transforms only).
+        bound_share: with ``max_contributions="auto"``, the share of epsilon spent on
+            choosing the bound (default 1/10; strictly between 0 and 1).
+        bound_cap: the largest candidate bound (default 1024; candidates are the powers of
+            two up to it; counts above it are counted at it).
+        bound_rule: ``"quantile"`` (default) or ``"tradeoff"``
+            (:mod:`beam_dp.summaries.contribution_bounds`).
+        bound_alpha: the quantile of rows per unit the ``"quantile"`` rule targets
+            (default 0.9).
+        resolution: the column's resolution (``"integer"`` or 1 for integers, ``"0.01"``
+            for cents): the grid is then the multiples of it in ``[lower, upper]``
+            (:func:`beam_dp.summaries.grids.resolution_grid`, at most ``num_points``
+            points). Excludes ``grid``. Default: the uniform grid.
     """
 
     lower: Required[float]
@@ -77,7 +103,12 @@ class _ValueOptions(TypedDict, total=False):
     value_column: str | None
     grid: GridLike
     num_points: int
-    max_contributions: int
+    max_contributions: int | Literal["auto"]
+    bound_share: float | Fraction
+    bound_cap: int
+    bound_rule: str
+    bound_alpha: float | Fraction
+    resolution: int | float | str | Fraction
 
 
 class _QuantileArgs(_ValueOptions, total=False):
@@ -148,6 +179,76 @@ def make_grid(grid: GridLike, lower: object, upper: object, num_points: object) 
     return Grid.explicit(grid, lower, upper)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class AutoBound:
+    """The public parameters of ``max_contributions="auto"`` (validated at construction).
+
+    Attributes:
+        share: the share of the statistic's epsilon spent on the bound choice.
+        cap: the public cap on counts and the largest candidate bound.
+        rule: the bound rule (:mod:`beam_dp.summaries.contribution_bounds`).
+        alpha: the quantile of rows per unit of the ``"quantile"`` rule.
+    """
+
+    share: Fraction
+    cap: int
+    rule: BoundRule
+    alpha: Fraction
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        """The public candidate bounds (powers of two up to ``cap``)."""
+        return candidate_bounds(self.cap)
+
+
+_AUTO_KEYS = ("bound_share", "bound_cap", "bound_rule", "bound_alpha")
+
+
+def _exact_fraction(value: object, name: str) -> Fraction:
+    """A probability in (0, 1) as the exact decimal it was written as (0.1 is 1/10)."""
+    check_probability_open(value, name)  # a number, not NaN, strictly between 0 and 1
+    return value if isinstance(value, Fraction) else Fraction(repr(float(value)))  # type: ignore[arg-type]
+
+
+def check_auto_bound(max_contributions: object, own: Mapping[str, Any]) -> AutoBound | None:
+    """The validated ``"auto"`` parameters, or None for a fixed ``max_contributions``.
+
+    Raises:
+        ValueError, TypeError: naming the parameter and its rule (an ``bound_*`` option
+            without ``max_contributions="auto"`` is refused: it would do nothing).
+    """
+    if max_contributions != "auto":
+        given = [key for key in _AUTO_KEYS if key in own]
+        if given:
+            raise ValueError(
+                f"{given[0]!r} applies only with max_contributions='auto'; received "
+                f"max_contributions={max_contributions!r}"
+            )
+        return None
+    share = _exact_fraction(own.get("bound_share", DEFAULT_SHARE), "bound_share")
+    cap = own.get("bound_cap", DEFAULT_CAP)
+    check_positive_int(cap, "bound_cap")
+    if int(cap) < 2:
+        raise ValueError(f"'bound_cap' must be >= 2 (one candidate is no choice); received {cap}")
+    rule = own.get("bound_rule", DEFAULT_RULE)
+    if rule not in BOUND_RULES:
+        raise ValueError(f"'bound_rule' must be one of {list(BOUND_RULES)}; received {rule!r}")
+    if rule != "quantile":
+        raise ValueError(
+            "'bound_rule' must be 'quantile' for the quantile transforms (the 'tradeoff' rule "
+            "needs a public noise level per bound, not wired yet); received 'tradeoff'"
+        )
+    alpha = _exact_fraction(own.get("bound_alpha", DEFAULT_ALPHA), "bound_alpha")
+    return AutoBound(share=share, cap=int(cap), rule="quantile", alpha=alpha)
+
+
+def check_resolution(resolution: object) -> Fraction:
+    """``resolution`` as an exact decimal: ``"integer"`` is 1 (errors name the parameter)."""
+    if resolution == "integer":
+        return Fraction(1)
+    return parse_resolution(resolution, "resolution")
+
+
 _VALUE_KEYS = frozenset(_ValueOptions.__required_keys__ | _ValueOptions.__optional_keys__)
 
 
@@ -161,6 +262,7 @@ class ValueParams:
     unit_column: str | None
     value_column: str | None
     max_contributions: int
+    auto: AutoBound | None = None
 
     @property
     def record_level(self) -> bool:
@@ -179,6 +281,8 @@ class ValueParams:
             bounds = {"record_level_privacy": 1, "max_contributions_per_unit": 1}
         else:
             bounds = {"max_contributions_per_unit": self.max_contributions}
+            if self.auto is not None:  # the chosen bound replaces the cap in each release
+                bounds["max_contributions_cap"] = self.auto.cap
         return {
             **bounds,
             **self.keys.ledger_bounds(self.record_level),
@@ -246,6 +350,18 @@ def take_value_options(
     Grid.uniform(lower, upper, 2)  # validates the bounds
     check_column(unit_column, "unit_column", optional=True)
     check_column(value_column, "value_column", optional=True)
+    if isinstance(max_contributions, str) and max_contributions != "auto":
+        raise ValueError(
+            f"'max_contributions' must be an integer >= 1 or 'auto'; received {max_contributions!r}"
+        )
+    auto = check_auto_bound(max_contributions, own)
+    if auto is not None:
+        if unit_column is None:
+            raise ValueError(
+                "max_contributions='auto' needs a 'unit_column': with unit_column=None "
+                "(record-level privacy) every record is its own unit and contributes one value"
+            )
+        max_contributions = auto.cap  # bounding at the cap first; the chosen b then applies
     check_positive_int(max_contributions, "max_contributions")
     if unit_column is None and max_contributions != 1:
         raise ValueError(
@@ -261,13 +377,24 @@ def take_value_options(
         rest, defaults=_FAMILY_DEFAULTS, key_batches=value_column is not None
     )
     common.windows_per_unit(unit_column is None)  # one window per record at record level
-    grid = make_grid(
-        own.get("grid", "uniform"),
-        float(lower),
-        float(upper),
-        own.get("num_points", default_points),
+    if "resolution" in own:
+        if "grid" in own:
+            raise ValueError("give 'resolution' or 'grid', not both")
+        num_points = own.get("num_points", default_points)
+        check_positive_int(num_points, "num_points")
+        grid = resolution_grid(
+            float(lower), float(upper), check_resolution(own["resolution"]), int(num_points)
+        )
+    else:
+        grid = make_grid(
+            own.get("grid", "uniform"),
+            float(lower),
+            float(upper),
+            own.get("num_points", default_points),
+        )
+    values = ValueParams(
+        common, keys, grid, unit_column, value_column, int(max_contributions), auto
     )
-    values = ValueParams(common, keys, grid, unit_column, value_column, int(max_contributions))
     return values, specific
 
 

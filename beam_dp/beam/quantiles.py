@@ -71,16 +71,20 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar, Unpack
 
 import apache_beam as beam
-from apache_beam.pvalue import AsDict, PCollection
+from apache_beam.pvalue import AsDict, AsSingleton, PCollection
 
 from beam_dp._validation import check_positive_int, check_probability_open
+from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_histogram
 from beam_dp.beam.plan import Built, PrivateTransform, keyed_input, label_releases
 from beam_dp.beam.quantile_combiners import (
+    AutoBoundSpec,
+    AutoQuantileCombineFn,
     BinFineFn,
     FineCombineFn,
     MeanCombineFn,
@@ -97,6 +101,7 @@ from beam_dp.beam.quantile_options import (
     ValueParams,
     take_value_options,
 )
+from beam_dp.summaries.contribution_bounds import BoundChoice, split_epsilon
 from beam_dp.summaries.histogram import MAX_GRID_POINTS
 from beam_dp.summaries.quantiles import (
     DEFAULT_REFINE_FRACTION,
@@ -185,6 +190,12 @@ def _quantiles(
         "confidence": common.confidence,
     }
     cell_plan = None
+    auto: AutoBoundSpec | None = None
+    if refine and values.auto is not None:
+        raise ValueError(
+            "max_contributions='auto' does not combine with refine=True yet; give an integer "
+            "max_contributions or leave refine off"
+        )
     if refine:
         beta = (1.0 - common.confidence) / 2
         coarse_epsilon = per_key_epsilon * Fraction(refine_fraction)
@@ -204,6 +215,9 @@ def _quantiles(
             failure_probability=beta,
             **options,
         )
+    elif values.auto is not None:
+        auto = _auto_spec(values, share.rho, per_key_epsilon, parsed, options)
+        plan = auto.plans[auto.cap]
     else:
         plan = plan_quantiles(
             parsed, epsilon=per_key_epsilon, num_candidates=the_grid.num_points, **options
@@ -222,10 +236,12 @@ def _quantiles(
         bounds=values.ledger_bounds(),
         confidence=common.confidence,
         rng=common.rng,
+        auto=auto,
     )
     rank_error = plan.rank_error + (0.0 if cell_plan is None else max(cell_plan.loss_bounds))
     display = {
         **values.display(budget.name, statistic, budget.epsilon),
+        "max_contributions": "auto" if auto is not None else values.max_contributions,
         "quantiles": str([float(q) for q in parsed]),
         "split": plan.split,
         "rounds": plan.rounds,
@@ -245,6 +261,62 @@ def _quantiles(
         rounds=rounds,
     )
     return built, spec
+
+
+def _auto_spec(
+    values: ValueParams,
+    rho: float | None,
+    key_epsilon: Fraction,
+    parsed: Sequence[Fraction],
+    options: dict[str, Any],
+) -> AutoBoundSpec:
+    """The public half of ``max_contributions="auto"``: the split and a plan per candidate."""
+    auto = values.auto
+    assert auto is not None
+    if rho is not None:
+        raise ValueError(
+            "max_contributions='auto' needs a budget accounted by basic composition (a float "
+            "epsilon or a share without zCDP): the split of a zCDP share is not wired yet"
+        )
+    bound_epsilon, statistic_epsilon = split_epsilon(key_epsilon, auto.share)
+    counts_per_unit = values.keys_per_unit
+    plans = {
+        bound: plan_quantiles(
+            parsed,
+            epsilon=statistic_epsilon,
+            num_candidates=values.grid.num_points,
+            **{**options, "max_contributions": bound},
+        )
+        for bound in auto.candidates
+    }
+    return AutoBoundSpec(
+        candidates=auto.candidates,
+        cap=auto.candidates[-1],
+        rule=auto.rule,
+        alpha=auto.alpha,
+        # Each of the unit's keys spends its share on the one choice (basic composition).
+        choice_epsilon=bound_epsilon * counts_per_unit,
+        key_epsilon=key_epsilon,
+        bound_epsilon=bound_epsilon,
+        statistic_epsilon=statistic_epsilon,
+        counts_per_unit=counts_per_unit,
+        method=values.common.method,
+        relation=values.common.relation,
+        plans=plans,
+    )
+
+
+def _choose(counts: Any, auto: AutoBoundSpec, rng: Any) -> BoundChoice:
+    return auto.choose(counts, rng)
+
+
+def _rebound(element: tuple[Any, Any], choice: BoundChoice, salt: int) -> tuple[Any, Any]:
+    key, batch = element
+    return key, rebound_rows(batch, choice.bound, salt)
+
+
+def _histogram_of(element: tuple[Any, Any], cap: int) -> Any:
+    return rows_per_unit_histogram(element[1], cap)
 
 
 class _QuantileTransform(PrivateTransform):
@@ -289,6 +361,9 @@ class _QuantileTransform(PrivateTransform):
         return self._spec.plan
 
     def expand(self, pcoll: PCollection) -> PCollection:
+        auto = self._spec.auto
+        if auto is not None:
+            return self._expand_auto(pcoll, auto)
         if self._spec.cell_plan is None:
             return super().expand(pcoll)
         # Coarse to fine: two combines over the same keyed input, on the one path.
@@ -300,6 +375,31 @@ class _QuantileTransform(PrivateTransform):
             keyed
             | "BinFine" >> beam.ParDo(BinFineFn(self._spec), AsDict(coarse))
             | "FinePass" >> beam.CombinePerKey(FineCombineFn(self._spec))
+        )
+        return label_releases(releases, self._plan)
+
+    def _expand_auto(self, pcoll: PCollection, auto: AutoBoundSpec) -> PCollection:
+        """Bound at the cap, choose the bound privately per window, re-bound, release.
+
+        The rows kept at the cap (a uniform sample per unit, and ``max_keys_per_unit`` keys)
+        give the histogram of rows per unit (per (unit, key) for ``.PerKey``: a unit holds
+        ``m`` of its counts, and the choice's sensitivity is multiplied by ``m``); one exact
+        selection chooses ``b`` (a singleton side input per window); every unit's rows are
+        then re-sampled to ``b`` per key and the quantiles run at ``b``.
+        """
+        keyed = keyed_input(pcoll, self._plan)  # every window that releases has a marker
+        choice = (
+            keyed
+            | "RowsPerUnit" >> beam.Map(_histogram_of, auto.cap)
+            | "MergeRowsPerUnit"
+            >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
+            | "ChooseBound" >> beam.Map(_choose, auto, self._spec.rng)
+        )
+        salt = self._plan.salt if self._plan.salt is not None else secrets.randbits(64)
+        releases = (
+            keyed
+            | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
+            | "Select" >> beam.CombinePerKey(AutoQuantileCombineFn(self._spec), AsSingleton(choice))
         )
         return label_releases(releases, self._plan)
 
@@ -461,6 +561,10 @@ class _MeanTransform(PrivateTransform):
             raise TypeError(
                 f"PrivateMean.{self.VARIANT}() got an unexpected keyword argument "
                 f"{sorted(unknown)[0]!r}"
+            )
+        if values.auto is not None:
+            raise ValueError(
+                "max_contributions='auto' is not wired for PrivateMean yet; give an integer"
             )
         common = values.common
         budget = common.budget("mean", rounds=1)
