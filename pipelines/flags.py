@@ -37,6 +37,7 @@ __all__ = [
     "add_operator_arguments",
     "add_output_argument",
     "check_pipeline_flags",
+    "int_or_auto",
     "job_parser",
     "parse_args",
     "read_candidates",
@@ -52,6 +53,19 @@ While it runs, the job prints progress to stderr (the files matched and their ap
 size, the stages, the elapsed time; no count of records unless --log_exact_counts) and, at
 the end, a table of the releases and the budget to stdout. A failure prints one line.
 """
+
+
+def int_or_auto(text: str) -> int | str:
+    """A flag value ``auto`` or an integer >= 1 (``--max_contributions auto``)."""
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 1: {text!r}")
+    return value
 
 
 class _JobArgumentParser(argparse.ArgumentParser):

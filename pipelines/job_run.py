@@ -22,6 +22,7 @@ from apache_beam.pvalue import PCollection
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.io import ReadExport
+from beam_dp.io.schema import export_resolution
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
 from pipelines.execute import JOB_STAGES, READ_EXPORT, run_and_write
@@ -31,7 +32,16 @@ from pipelines.outputs import check_output, check_writable
 from pipelines.statistics import StatisticSpec, spec_from_config
 from pipelines.summary import print_summary
 
-__all__ = ["run_single", "run_statistic", "run_statistics"]
+__all__ = [
+    "QUANTILE_TYPES",
+    "apply_quantile_defaults",
+    "run_single",
+    "run_statistic",
+    "run_statistics",
+]
+
+#: The statistics whose jobs default to ``max_contributions="auto"`` and the column's grid.
+QUANTILE_TYPES = ("quantiles", "median", "min", "max")
 
 
 def check_privacy_unit(privacy_unit: str | None, record_level: bool) -> None:
@@ -79,6 +89,68 @@ def match_input_files(pattern: str) -> tuple[int, int]:
     return len(found), sum(int(match.size_in_bytes or 0) for match in found)
 
 
+def _matched_paths(pattern: str) -> list[str]:
+    """The files the input pattern matches, or [] (the usual error comes later, in order)."""
+    path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
+    try:
+        return sorted(match.path for match in FileSystems.match([path])[0].metadata_list)
+    except Exception:
+        return []
+
+
+def apply_quantile_defaults(
+    specs: Sequence[StatisticSpec],
+    *,
+    input_pattern: str,
+    input_format: str | None,
+    privacy_unit: str | None,
+) -> None:
+    """The jobs' defaults for the quantile statistics, from public facts only (in place).
+
+    * ``max_contributions``: ``"auto"`` (chosen privately with a share of the statistic's
+      epsilon; :mod:`beam_dp.summaries.contribution_bounds`) when a privacy unit is given and
+      the statistic does not set it; record-level privacy keeps 1.
+    * the grid: when the statistic sets neither ``grid`` nor ``resolution`` and the export's
+      schema (Parquet footer, Avro header: never a value) declares the value column integer
+      or decimal in every matched file, ``resolution`` is that of the column; a float column,
+      or a format without a schema (CSV, JSON lines), keeps the uniform grid. One log line
+      per statistic says which grid and why (no value, no count).
+    """
+    paths: list[str] | None = None
+    for spec in specs:
+        if spec.type not in QUANTILE_TYPES:
+            continue
+        if privacy_unit is not None and "max_contributions" not in spec.params:
+            spec.params["max_contributions"] = "auto"
+            LOG.info("%s: max_contributions chosen privately (auto)", spec.name)
+        if "grid" in spec.params or "resolution" in spec.params:
+            LOG.info("%s: grid as configured", spec.name)
+            continue
+        if paths is None:
+            paths = _matched_paths(input_pattern)
+        if not paths:
+            continue  # no file: the job fails below, before reading, with the usual error
+        column = spec.params["value_column"]
+        found = export_resolution(paths, column, input_format=input_format)
+        if found.kind in ("integer", "decimal") and found.resolution_text is not None:
+            spec.params["resolution"] = found.resolution_text
+            LOG.info(
+                "%s: grid on the multiples of %s between the bounds (the schema declares %r %s)",
+                spec.name,
+                found.resolution_text,
+                column,
+                "an integer" if found.kind == "integer" else f"a decimal of scale {found.scale}",
+            )
+        else:
+            LOG.info(
+                "%s: uniform grid (the schema declares %r %s; give 'resolution' for a "
+                "column of known resolution)",
+                spec.name,
+                column,
+                "no resolution: " + found.kind if found.kind != "unknown" else "nothing: no schema",
+            )
+
+
 def run_statistics(
     specs: Sequence[StatisticSpec],
     *,
@@ -122,6 +194,9 @@ def run_statistics(
         )
     check_output(output, overwrite)
     check_writable(output)
+    apply_quantile_defaults(
+        specs, input_pattern=input_pattern, input_format=input_format, privacy_unit=privacy_unit
+    )
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
     for spec in specs:

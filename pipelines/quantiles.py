@@ -4,8 +4,14 @@
         --value age --quantiles 0.25,0.5,0.75 --lower 0 --upper 120 --epsilon 1 --output out/
 
 Values outside [lower, upper] are clamped; NaN and nulls follow --on_bad_record. The
-released quantiles are points of a public grid of --num_points values between the bounds
-(equally spaced, or log-spaced with --grid log).
+released quantiles are points of a public grid between the bounds: by default, when the
+export's schema (Parquet, Avro) declares the field integer or decimal, its multiples (every
+m-th one beyond --num_points); otherwise --num_points equally spaced values (or log-spaced
+with --grid log). --resolution sets the spacing of the values yourself.
+
+How many values of one person are used is chosen privately by default (--max_contributions
+auto: a tenth of --epsilon chooses it among 1, 2, 4, ..., 1024 as a private 0.9-quantile of
+the rows per person; the rest releases the quantiles, the total is --epsilon).
 """
 
 from __future__ import annotations
@@ -15,7 +21,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from pipelines.cli import cli
-from pipelines.flags import add_method_argument, add_name_argument, statistic_parser
+from pipelines.flags import (
+    add_method_argument,
+    add_name_argument,
+    int_or_auto,
+    statistic_parser,
+)
 from pipelines.job_run import run_statistic
 
 
@@ -48,9 +59,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--grid",
         choices=["uniform", "log"],
-        default="uniform",
-        help="how the possible answers are spaced between the bounds: uniform (default: equal "
-        "steps) or log (equal ratios, for positive values spanning several powers of ten)",
+        default=None,
+        help="how the possible answers are spaced between the bounds: uniform (equal steps) "
+        "or log (equal ratios, for positive values spanning several powers of ten). Default: "
+        "the field's resolution when the schema declares it, else uniform",
+    )
+    parser.add_argument(
+        "--resolution",
+        metavar="STEP",
+        default=None,
+        help="the spacing of the field's values: integer (or 1), 0.01 for cents, 0.1 for "
+        "tenths; the possible answers are its multiples between the bounds. Default: from the "
+        "export's schema (Parquet, Avro) when it declares one",
     )
     parser.add_argument(
         "--num_points",
@@ -62,11 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max_contributions",
-        metavar="N",
-        type=int,
-        default=1,
+        metavar="auto|N",
+        type=int_or_auto,
+        default=None,
         help="how many values of one person are used; the others are dropped, chosen at "
-        "random. More keeps more data but each person weighs more. Default 1",
+        "random. More keeps more data but each person weighs more. Default auto (chosen "
+        "privately with a tenth of --epsilon; 1 with --record_level)",
     )
     parser.add_argument(
         "--split",
@@ -99,9 +120,15 @@ def _table(args: argparse.Namespace) -> dict[str, Any]:
         "quantiles": _quantiles(args.quantiles),
         "lower": args.lower,
         "upper": args.upper,
-        "grid": args.grid,
-        "max_contributions": args.max_contributions,
     }
+    if args.grid is not None and args.resolution is not None:
+        raise ValueError("give --grid or --resolution, not both")
+    if args.grid is not None:
+        config["grid"] = args.grid
+    if args.resolution is not None:
+        config["resolution"] = args.resolution
+    if args.max_contributions is not None:
+        config["max_contributions"] = args.max_contributions
     if args.num_points is not None:
         config["num_points"] = args.num_points
     if args.split is not None:
