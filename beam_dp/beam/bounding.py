@@ -448,6 +448,11 @@ class _TaggedWindows(NonMergingWindowFn):
         self._coder = windowfn.get_window_coder()
 
     def assign(self, context: WindowFn.AssignContext) -> list[BoundedWindow]:
+        if context.element is None and context.window is not None:
+            # Side-input window mapping (Beam maps a main-input window by assigning with it
+            # and no element): a PCollection in these windows, used as a side input of one in
+            # the same windows, maps each window to itself.
+            return [context.window]
         tag, _ = cast(tuple[_WindowTag, Any], context.element)
         return [self._coder.decode(tag)]
 

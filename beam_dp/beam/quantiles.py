@@ -31,6 +31,23 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   unit, nothing is shuffled or bounded; a person with ``r`` records is protected only at
   ``r·ε``). With a ``unit_column``, each unit's values are bounded to ``max_contributions``
   (chosen by a per-run salted hash) and the sensitivity is multiplied by it.
+* **``max_contributions="auto"``** (unit level; quantile transforms, not the mean yet): each
+  unit's values are first bounded at ``bound_cap`` (default 1024; with ``max_keys_per_unit``
+  keys); the exact histogram of rows per unit (per (unit, key) for ``.PerKey``) is merged
+  globally per window and one exact selection
+  (:func:`~beam_dp.summaries.contribution_bounds.choose_bound`, rule ``bound_rule``, quantile
+  ``bound_alpha``) chooses the bound ``b`` among the powers of two up to the cap with
+  ``bound_share`` (default 1/10) of each release's epsilon (times the ``m`` keys a unit
+  reaches, whose counts it holds: the choice's sensitivity is multiplied by ``m``); every
+  unit's rows are re-sampled uniformly to ``b`` and the quantiles run at ``b`` with the rest.
+  Basic composition: each release is charged its whole epsilon, as with a fixed bound; its
+  record holds the chosen ``b`` (``max_contributions_per_unit``), the cap
+  (``max_contributions_cap``) and the two parts (``accuracy.epsilon_bound_choice``,
+  ``accuracy.epsilon_statistic``, summing to ``epsilon``); its accuracy is at ``b`` and the
+  statistic's part. A zCDP-accounted share and ``refine=True`` are refused with ``"auto"``.
+* **``resolution``**: the grid of the multiples of the column's resolution
+  (:func:`~beam_dp.summaries.grids.resolution_grid`; ``"integer"``, ``"0.01"``), every
+  point a value the column can hold (ties: :mod:`beam_dp.summaries.grids`).
 * **Relation**: ``"add_remove"`` (default) or ``"replace"``; the many-quantile split adapts
   (:func:`~beam_dp.summaries.quantiles.plan_quantiles`).
 * **Budget**: ``epsilon`` is a float or an allocated
@@ -357,7 +374,8 @@ class _QuantileTransform(PrivateTransform):
 
     @property
     def plan(self) -> QuantilePlan:
-        """The public plan of the quantile selections (the fine pass with ``refine=True``)."""
+        """The public plan of the quantile selections (the fine pass with ``refine=True``; with
+        ``max_contributions="auto"``, the plan at the cap: each release uses the chosen bound's)."""
         return self._spec.plan
 
     def expand(self, pcoll: PCollection) -> PCollection:

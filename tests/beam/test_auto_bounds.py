@@ -289,3 +289,41 @@ def test_per_key_wiring_feeds_the_unit_key_histogram_with_m_times_the_sensitivit
     # The utility really moves by more than one count's sensitivity (up to m of them): a
     # choice calibrated to one count per unit would not be share * epsilon-DP.
     assert single < worst_move <= 2 * single
+
+
+def test_each_window_chooses_its_own_bound() -> None:
+    """Fixed windows: units of 2 rows in the first window, of 16 rows in the second; each
+    window's histogram chooses its own bound (one unit per window: max_windows_per_unit=1)."""
+    rng = np.random.default_rng(4)
+    first = unit_batches(rng.uniform(0, 10, 200 * 2), np.repeat(np.arange(200), 2))
+    second = unit_batches(rng.uniform(0, 10, 200 * 16), np.repeat(np.arange(1000, 1200), 16))
+    timed = [(batch, 1) for batch in first] + [(batch, 15) for batch in second]
+    releases = run(
+        lambda p: (
+            p
+            | beam.Create(timed)
+            | beam.MapTuple(lambda batch, t: beam.window.TimestampedValue(batch, t))
+            | beam.WindowInto(beam.window.FixedWindows(10))
+            | median(epsilon=HUGE, max_contributions="auto", num_points=101)
+        )
+    )
+    chosen = sorted(
+        (r.window, r.ledger.contribution_bounds["max_contributions_per_unit"]) for r in releases
+    )
+    assert [bound for _, bound in chosen] == [2, 16]
+
+
+def test_sliding_windows_each_get_a_chosen_bound() -> None:
+    rng = np.random.default_rng(5)
+    batches = unit_batches(rng.uniform(0, 10, 100 * 4), np.repeat(np.arange(100), 4))
+    releases = run(
+        lambda p: (
+            p
+            | beam.Create([(batch, 5) for batch in batches])
+            | beam.MapTuple(lambda batch, t: beam.window.TimestampedValue(batch, t))
+            | beam.WindowInto(beam.window.SlidingWindows(20, 10))
+            | median(epsilon=HUGE, max_contributions="auto", num_points=101, max_windows_per_unit=2)
+        )
+    )
+    assert len(releases) == 2  # the two windows holding t = 5
+    assert {r.ledger.contribution_bounds["max_contributions_per_unit"] for r in releases} == {4}
