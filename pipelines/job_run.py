@@ -104,12 +104,14 @@ def apply_quantile_defaults(
     input_pattern: str,
     input_format: str | None,
     privacy_unit: str | None,
+    composition: str = "basic",
 ) -> None:
     """The jobs' defaults for the quantile statistics, from public facts only (in place).
 
     * ``max_contributions``: ``"auto"`` (chosen privately with a share of the statistic's
-      epsilon; :mod:`beam_dp.summaries.contribution_bounds`) when a privacy unit is given and
-      the statistic does not set it; record-level privacy keeps 1.
+      epsilon; :mod:`beam_dp.summaries.contribution_bounds`) when a privacy unit is given,
+      the budget composes by basic composition (the split of a zCDP share is not wired) and
+      the statistic does not set it; otherwise the transform's default, 1.
     * the grid: when the statistic sets neither ``grid`` nor ``resolution`` and the export's
       schema (Parquet footer, Avro header: never a value) declares the value column integer
       or decimal in every matched file, ``resolution`` is that of the column; a float column,
@@ -120,7 +122,11 @@ def apply_quantile_defaults(
     for spec in specs:
         if spec.type not in QUANTILE_TYPES:
             continue
-        if privacy_unit is not None and "max_contributions" not in spec.params:
+        if (
+            privacy_unit is not None
+            and composition == "basic"
+            and "max_contributions" not in spec.params
+        ):
             spec.params["max_contributions"] = "auto"
             LOG.info("%s: max_contributions chosen privately (auto)", spec.name)
         if "grid" in spec.params or "resolution" in spec.params:
@@ -195,7 +201,11 @@ def run_statistics(
     check_output(output, overwrite)
     check_writable(output)
     apply_quantile_defaults(
-        specs, input_pattern=input_pattern, input_format=input_format, privacy_unit=privacy_unit
+        specs,
+        input_pattern=input_pattern,
+        input_format=input_format,
+        privacy_unit=privacy_unit,
+        composition=budget.composition,
     )
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import quantiles
+from pipelines import quantiles, release
 from pipelines.job_run import apply_quantile_defaults
 from pipelines.statistics import spec_from_config
 
@@ -125,3 +125,34 @@ def test_quantiles_job_flags(integers: str, tmp_path: Path) -> None:
              "--value", "amount", "--quantiles", "0.5", "--lower", "0", "--upper", "100",
              "--max_contributions", "0", "--output", str(tmp_path / "o2")]
         )  # fmt: skip
+
+
+def test_zcdp_budget_keeps_a_fixed_bound_by_default(integers: str, tmp_path: Path) -> None:
+    """auto is wired for basic composition only: under zCDP the default stays 1 (the job
+    must not fail because of the default), and an explicit auto is refused before reading."""
+    config = tmp_path / "release.toml"
+    body = f"""
+[input]
+path = "{integers}"
+privacy_unit = "user_id"
+
+[budget]
+epsilon = 2.0
+delta = 1e-6
+composition = "zcdp"
+
+[[statistics]]
+name = "m"
+type = "median"
+value = "amount"
+lower = 0
+upper = 100
+"""
+    config.write_text(body)
+    release.run(["--config", str(config), "--output", str(tmp_path / "out")])
+    (entry,) = json.loads((tmp_path / "out" / "release.json").read_text())["releases"]
+    assert entry["contribution_bounds"]["max_contributions_per_unit"] == 1
+    assert entry["num_candidates"] == 101  # the integer grid still applies
+    config.write_text(body + 'max_contributions = "auto"\n')
+    with pytest.raises(ValueError, match="basic composition"):
+        release.run(["--config", str(config), "--output", str(tmp_path / "out2")])
