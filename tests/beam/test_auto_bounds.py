@@ -18,7 +18,13 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 import beam_dp.beam.quantile_combiners as combiners
 from beam_dp.beam.bounding import rebound_rows, rows_per_unit_histogram
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
+from beam_dp.beam.quantiles import (
+    PrivateMax,
+    PrivateMean,
+    PrivateMedian,
+    PrivateMin,
+    PrivateQuantiles,
+)
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release
 from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram
@@ -327,3 +333,35 @@ def test_sliding_windows_each_get_a_chosen_bound() -> None:
     )
     assert len(releases) == 2  # the two windows holding t = 5
     assert {r.ledger.contribution_bounds["max_contributions_per_unit"] for r in releases} == {4}
+
+
+def test_min_max_take_auto_and_an_empty_input_still_releases() -> None:
+    users = np.repeat(np.arange(200), 4)
+    values = np.random.default_rng(8).uniform(0, 10, users.size)
+    for namespace in (PrivateMin, PrivateMax):
+        (release,) = run(
+            lambda p, namespace=namespace: (
+                p
+                | beam.Create(unit_batches(values, users))
+                | namespace.Globally(
+                    lower=0.0,
+                    upper=10.0,
+                    unit_column="user",
+                    epsilon=HUGE,
+                    max_contributions="auto",
+                    num_points=101,
+                )
+            )
+        )
+        assert release.ledger.contribution_bounds["max_contributions_per_unit"] == 4
+    # No input at all: the global window still releases (the choice sees an empty histogram).
+    (empty,) = run(
+        lambda p: (
+            p
+            | beam.Create([], reshuffle=False).with_output_types(pa.RecordBatch)
+            | median(max_contributions="auto", num_points=11)
+        )
+    )
+    assert empty.ledger.contribution_bounds["max_contributions_per_unit"] in [
+        1 << i for i in range(11)
+    ]
