@@ -67,6 +67,7 @@ from stats_helpers import clopper_pearson
 import beam_dp.batching.bounding
 import beam_dp.batching.hashing
 import beam_dp.mechanisms.partition_selection
+import beam_dp.mechanisms.per_key
 import beam_dp.mechanisms.selection
 from beam_dp.batching import CANDIDATE, ContributionBounds
 from beam_dp.beam.quantiles import (
@@ -214,6 +215,7 @@ def _context() -> tuple[str | None, Any, str | None, list[Any] | None]:
 _ORIGINAL_SELECT = beam_dp.mechanisms.selection.select
 _ORIGINAL_TOP_K = beam_dp.mechanisms.selection.top_k
 _ORIGINAL_SELECT_KEYS = beam_dp.mechanisms.partition_selection.select_keys
+_ORIGINAL_SELECT_PER_KEY = beam_dp.mechanisms.per_key.select_per_key
 _ORIGINAL_BOUND_ROWS = beam_dp.batching.bounding.bound_rows
 
 
@@ -272,6 +274,40 @@ def _recording_top_k(scores: Any, k: int, **options: Any) -> list[int]:
             transform,
         )
         return list(range(int(k)))
+    finally:
+        recorder._busy = False
+
+
+def _recording_select_per_key(scores: Any, counts: Any = None, **options: Any) -> Any:
+    """Many keys' selections in one call (.PerKey): one release group per key."""
+    recorder = _RECORDER
+    if recorder is None or recorder._busy:
+        return _ORIGINAL_SELECT_PER_KEY(scores, counts, **options)
+    recorder._busy = True
+    try:
+        _ORIGINAL_SELECT_PER_KEY(scores, counts, **options)  # its checks run; sample discarded
+        name, _, _, _ = _context()
+        if name is None:
+            raise AssertionError("audit harness: select_per_key called without a named spec")
+        if counts is None:
+            rows = [_as_list(row) for row in np.asarray(scores)]
+        else:
+            flat = _as_list(np.asarray(scores).ravel())
+            ends = np.cumsum(np.asarray(counts)).tolist()
+            rows = [flat[start:end] for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+        for row in rows:
+            call = Call(
+                "select",
+                name,
+                row,
+                options["epsilon"],
+                options["sensitivity"],
+                bool(options.get("monotonic", False)),
+                options.get("method", "permute_and_flip"),
+            )
+            recorder.groups.append(Group(name, [call]))
+        recorder._frame = None  # the next extract_output starts its own group
+        return np.array([len(row) // 2 for row in rows], dtype=np.int64)  # public history
     finally:
         recorder._busy = False
 
@@ -335,6 +371,12 @@ def install_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _patch_everywhere(
         monkeypatch, _ORIGINAL_TOP_K, _recording_top_k, "beam_dp.mechanisms.selection"
     ), "no beam_dp module calls beam_dp.mechanisms.top_k: update the harness"
+    assert _patch_everywhere(
+        monkeypatch,
+        _ORIGINAL_SELECT_PER_KEY,
+        _recording_select_per_key,
+        "beam_dp.mechanisms.per_key",
+    ), "no beam_dp module calls select_per_key: update the harness"
     assert _patch_everywhere(
         monkeypatch,
         _ORIGINAL_SELECT_KEYS,
