@@ -32,6 +32,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_dp.accounting import BudgetShare, PrivacyBudget
+from beam_dp.beam.cdf import PrivateCDF
 from beam_dp.beam.key_selection import KeySelection
 from beam_dp.beam.options import check_relation, read_labels
 from beam_dp.beam.plan import PrivateTransform
@@ -64,7 +65,17 @@ MAX_CANDIDATES = 1_000_000
 pipeline a score per shard and the mechanism a pass, so a longer list is refused when it is
 read, before any work, rather than left to run for minutes or exhaust memory."""
 
-TYPES = ("top_candidates", "best_price", "election", "quantiles", "median", "min", "max", "mean")
+TYPES = (
+    "top_candidates",
+    "best_price",
+    "election",
+    "quantiles",
+    "median",
+    "min",
+    "max",
+    "mean",
+    "cdf",
+)
 _TRANSFORMS: dict[str, Any] = {
     "top_candidates": TopCandidates,
     "best_price": BestPrice,
@@ -74,6 +85,7 @@ _TRANSFORMS: dict[str, Any] = {
     "min": PrivateMin,
     "max": PrivateMax,
     "mean": PrivateMean,
+    "cdf": PrivateCDF,
 }
 
 # Transform parameters a job sets itself (from [input], its flags, or the config's own keys).

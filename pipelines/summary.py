@@ -19,7 +19,17 @@ __all__ = ["print_summary"]
 def _shown(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
+    if isinstance(value, dict) and "points" in value and "cdf" in value:
+        return _shown_cdf(value)
     return str(value)
+
+
+def _shown_cdf(value: dict[str, Any]) -> str:
+    """A released CDF in one cell: its size and the quantiles read from it."""
+    quantiles = value.get("quantiles") or {}
+    read = ", ".join(f"q{alpha}={_shown(x)}" for alpha, x in quantiles.items())
+    head = f"CDF of {len(value['points'])} synthetic points"
+    return f"{head}: {read}" if read else head
 
 
 # The ledger's own accuracy keys (in the score's units); a release that states its accuracy in

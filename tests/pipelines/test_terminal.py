@@ -425,3 +425,16 @@ def test_the_ledger_sees_the_relation_the_statistics_are_released_under(tmp_path
         common.cli(lambda: release.run(argv))
     assert "relation='replace'" in str(info.value.code), info.value.code
     assert not (tmp_path / "o").exists()
+
+
+def test_summary_shows_a_released_cdf_by_its_quantiles_not_its_arrays() -> None:
+    value = {
+        "points": [48.0, 55.0, 59.0, 70.0],
+        "steps": [48.0, 55.0, 59.0, 70.0],
+        "cdf": [0.25, 0.5, 0.75, 1.0],
+        "quantiles": {"0.1": 48.0, "0.5": 55.0},
+        "k": 4,
+    }
+    shown = _summary(_document({"name": "weights", "value": value}))
+    assert "CDF of 4 synthetic points: q0.1=48, q0.5=55" in shown
+    assert "'steps'" not in shown and "0.75" not in shown
