@@ -110,8 +110,9 @@ def apply_quantile_defaults(
 
     * ``max_contributions``: ``"auto"`` (chosen privately with a share of the statistic's
       epsilon; :mod:`beam_dp.summaries.contribution_bounds`) when a privacy unit is given,
-      the budget composes by basic composition (the split of a zCDP share is not wired) and
-      the statistic does not set it; otherwise the transform's default, 1.
+      the budget composes by basic composition (the split of a zCDP share is not wired), the
+      statistic does not ask for ``refine`` (not wired either) and does not set it;
+      otherwise the transform's default, 1.
     * the grid: when the statistic sets neither ``grid`` nor ``resolution`` and the export's
       schema (Parquet footer, Avro header: never a value) declares the value column integer
       or decimal in every matched file, ``resolution`` is that of the column; a float column,
@@ -125,6 +126,7 @@ def apply_quantile_defaults(
         if (
             privacy_unit is not None
             and composition == "basic"
+            and not spec.params.get("refine", False)  # auto with refine is not wired either
             and "max_contributions" not in spec.params
         ):
             spec.params["max_contributions"] = "auto"

@@ -72,8 +72,15 @@ def test_decimal_float_and_csv_columns(tmp_path: Path) -> None:
 
 
 def test_explicit_settings_win_and_record_level_keeps_one(integers: str) -> None:
-    specs = [spec(grid="uniform"), spec(resolution="0.5"), spec(max_contributions=3)]
+    specs = [
+        spec(grid="uniform"),
+        spec(resolution="0.5"),
+        spec(max_contributions=3),
+        spec(refine=True),
+    ]
     apply_quantile_defaults(specs, input_pattern=integers, input_format=None, privacy_unit="u")
+    assert "max_contributions" not in specs[3].params  # auto is not wired with refine
+    specs[3].check(unit_column="u", relation="add_remove", on_bad_record="skip")
     assert specs[0].params["grid"] == "uniform" and "resolution" not in specs[0].params
     assert specs[1].params["resolution"] == "0.5"
     assert specs[2].params["max_contributions"] == 3
