@@ -104,15 +104,13 @@ def apply_quantile_defaults(
     input_pattern: str,
     input_format: str | None,
     privacy_unit: str | None,
-    composition: str = "basic",
 ) -> None:
     """The jobs' defaults for the quantile statistics, from public facts only (in place).
 
     * ``max_contributions``: ``"auto"`` (chosen privately with a share of the statistic's
-      epsilon; :mod:`beam_dp.summaries.contribution_bounds`) when a privacy unit is given,
-      the budget composes by basic composition (the split of a zCDP share is not wired), the
-      statistic does not ask for ``refine`` (not wired either) and does not set it;
-      otherwise the transform's default, 1.
+      epsilon, or of its rho under zCDP; :mod:`beam_dp.summaries.contribution_bounds`) when
+      a privacy unit is given and the statistic neither sets it nor asks for ``refine``
+      (not wired with ``"auto"``); otherwise the transform's default, 1.
     * the grid: when the statistic sets neither ``grid`` nor ``resolution`` and the export's
       schema (Parquet footer, Avro header: never a value) declares the value column integer
       or decimal in every matched file, ``resolution`` is that of the column; a float column,
@@ -125,7 +123,6 @@ def apply_quantile_defaults(
             continue
         if (
             privacy_unit is not None
-            and composition == "basic"
             and not spec.params.get("refine", False)  # auto with refine is not wired either
             and "max_contributions" not in spec.params
         ):
@@ -207,7 +204,6 @@ def run_statistics(
         input_pattern=input_pattern,
         input_format=input_format,
         privacy_unit=privacy_unit,
-        composition=budget.composition,
     )
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)

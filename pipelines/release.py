@@ -33,7 +33,7 @@ max_contributions, key and keys for one release per key, ...): the keys each typ
 listed below (derived from the library's signatures, so the list cannot drift from the code).
 Quantile statistics (quantiles, median, min, max) default to max_contributions = "auto" (a
 share bound_share, default 1/10, of their epsilon chooses the bound privately; 1 with
-record_level or composition = "zcdp") and, when the export's schema (Parquet, Avro) declares the value field integer
+record_level) and, when the export's schema (Parquet, Avro) declares the value field integer
 or decimal, to the grid of its multiples (resolution); set grid or resolution to choose.
 An unknown key in any table is an error naming the nearest valid key; so is a value of the
 wrong type. Flags other than --config, --output and the operator's switches must be Beam

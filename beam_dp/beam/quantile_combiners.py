@@ -107,6 +107,9 @@ class QuantileSpec:
             # statistic's part (its accuracy above is at the statistic's part).
             extra["epsilon_bound_choice"] = float(self.auto.bound_epsilon)
             extra["epsilon_statistic"] = float(self.auto.statistic_epsilon)
+            if self.auto.bound_rho is not None and self.auto.statistic_rho is not None:
+                extra["rho_bound_choice"] = float(self.auto.bound_rho)
+                extra["rho_statistic"] = float(self.auto.statistic_rho)
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
         value: Any = selection.values[0] if self.scalar else list(selection.values)
@@ -152,6 +155,8 @@ class AutoBoundSpec:
         counts_per_unit: counts of the histogram one unit can hold (its keys).
         method, relation: of the choice (those of the statistic).
         plans: the quantile plan at each candidate bound, at ``statistic_epsilon``.
+        bound_rho, statistic_rho: under zCDP, each key's rho for the choice and for the
+            statistic (they sum to at most the release's rho); None otherwise.
     """
 
     candidates: tuple[int, ...]
@@ -166,6 +171,8 @@ class AutoBoundSpec:
     method: str
     relation: str
     plans: Mapping[int, QuantilePlan]
+    bound_rho: Fraction | None = None
+    statistic_rho: Fraction | None = None
 
     def choose(self, counts: Any, rng: RandomSource | None) -> BoundChoice:
         """The private choice from the merged rows-per-unit histogram (``choice_epsilon``-DP)."""

@@ -40,11 +40,15 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   ``bound_share`` (default 1/10) of each release's epsilon (times the ``m`` keys a unit
   reaches, whose counts it holds: the choice's sensitivity is multiplied by ``m``); every
   unit's rows are re-sampled uniformly to ``b`` and the quantiles run at ``b`` with the rest.
-  Basic composition: each release is charged its whole epsilon, as with a fixed bound; its
-  record holds the chosen ``b`` (``max_contributions_per_unit``), the cap
+  Each release is charged its whole epsilon (or rho), as with a fixed bound; its record
+  holds the chosen ``b`` (``max_contributions_per_unit``), the cap
   (``max_contributions_cap``) and the two parts (``accuracy.epsilon_bound_choice``,
-  ``accuracy.epsilon_statistic``, summing to ``epsilon``); its accuracy is at ``b`` and the
-  statistic's part. A zCDP-accounted share and ``refine=True`` are refused with ``"auto"``.
+  ``accuracy.epsilon_statistic``: under basic composition they sum to ``epsilon``); its
+  accuracy is at ``b`` and the statistic's part. Under zCDP the statistic keeps
+  ``1 - bound_share`` of the release's epsilon and the choice gets the rest of its rho
+  (``accuracy.rho_bound_choice`` and ``accuracy.rho_statistic`` sum to at most ``rho``;
+  the choice runs at the largest epsilon that rest of the ``m`` keys' rho pays for).
+  ``refine=True`` is refused with ``"auto"``.
 * **``resolution``**: the grid of the multiples of the column's resolution
   (:func:`~beam_dp.summaries.grids.resolution_grid`; ``"integer"``, ``"0.01"``), every
   point a value the column can hold (ties: :mod:`beam_dp.summaries.grids`).
@@ -88,6 +92,7 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Sequence
 from fractions import Fraction
@@ -97,6 +102,8 @@ import apache_beam as beam
 from apache_beam.pvalue import AsDict, AsSingleton, PCollection
 
 from beam_dp._validation import check_positive_int, check_probability_open
+from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
+from beam_dp.accounting.zcdp import epsilon_per_round_for_rho
 from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_histogram
 from beam_dp.beam.plan import Built, PrivateTransform, keyed_input, label_releases
 from beam_dp.beam.quantile_combiners import (
@@ -290,13 +297,28 @@ def _auto_spec(
     """The public half of ``max_contributions="auto"``: the split and a plan per candidate."""
     auto = values.auto
     assert auto is not None
-    if rho is not None:
-        raise ValueError(
-            "max_contributions='auto' needs a budget accounted by basic composition (a float "
-            "epsilon or a share without zCDP): the split of a zCDP share is not wired yet"
-        )
-    bound_epsilon, statistic_epsilon = split_epsilon(key_epsilon, auto.share)
     counts_per_unit = values.keys_per_unit
+    bound_epsilon, statistic_epsilon = split_epsilon(key_epsilon, auto.share)
+    bound_rho = statistic_rho = None
+    choice_epsilon = bound_epsilon * counts_per_unit
+    if rho is not None:
+        # zCDP: the statistic runs at (1 - share) of the release's epsilon and costs
+        # rate * eps_s^2 / rounds (<= (1 - share)^2 rho); the choice gets the rest of the rho
+        # of each of the m keys a unit reaches: rate * eps_b^2 <= m (rho - that cost).
+        rate = ZCDP_RATE[privacy_kind(values.common.method)]
+        rounds = plan_quantiles(
+            parsed, epsilon=1.0, num_candidates=values.grid.num_points, split=options["split"]
+        ).rounds
+        statistic_rho = rate * statistic_epsilon**2 / rounds
+        bound_rho = Fraction(rho) - statistic_rho
+        if bound_rho <= 0:  # pragma: no cover - rho >= rate * eps^2 / rounds by construction
+            raise ValueError("the zCDP share leaves nothing for the bound choice")
+        choice_epsilon = Fraction(
+            epsilon_per_round_for_rho(float(bound_rho * counts_per_unit), rate, 1)
+        )
+        while rate * choice_epsilon**2 > bound_rho * counts_per_unit:  # float rounding
+            choice_epsilon = Fraction(math.nextafter(float(choice_epsilon), 0.0))
+        bound_epsilon = choice_epsilon / counts_per_unit
     plans = {
         bound: plan_quantiles(
             parsed,
@@ -311,8 +333,8 @@ def _auto_spec(
         cap=auto.candidates[-1],
         rule=auto.rule,
         alpha=auto.alpha,
-        # Each of the unit's keys spends its share on the one choice (basic composition).
-        choice_epsilon=bound_epsilon * counts_per_unit,
+        # Each of the unit's keys spends its share on the one choice.
+        choice_epsilon=choice_epsilon,
         key_epsilon=key_epsilon,
         bound_epsilon=bound_epsilon,
         statistic_epsilon=statistic_epsilon,
@@ -320,6 +342,8 @@ def _auto_spec(
         method=values.common.method,
         relation=values.common.relation,
         plans=plans,
+        bound_rho=bound_rho,
+        statistic_rho=statistic_rho,
     )
 
 

@@ -365,3 +365,39 @@ def test_min_max_take_auto_and_an_empty_input_still_releases() -> None:
     assert empty.ledger.contribution_bounds["max_contributions_per_unit"] in [
         1 << i for i in range(11)
     ]
+
+
+@pytest.mark.parametrize(("method", "rate"), [("exponential", 8), ("permute_and_flip", 2)])
+def test_zcdp_share_the_two_rhos_fit_each_release_and_the_choice_spends_the_rest(
+    method: str, rate: int
+) -> None:
+    """Under zCDP the rho of the statistic (at 1 - share of the release's epsilon, over its
+    rounds) and of the choice (one selection per window for the m keys) sum to the share."""
+    from beam_dp.accounting import PrivacyBudget
+
+    budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
+    share = budget.spend("q", mechanism=method, epsilon=0.8, rounds=2)
+    transform = PrivateQuantiles.PerKey(
+        [0.25, 0.75],
+        lower=0.0,
+        upper=10.0,
+        unit_column="user",
+        keys=["a", "b", "c"],
+        max_keys_per_unit=2,
+        epsilon=share,
+        method=method,
+        max_contributions="auto",
+        num_points=101,
+    )
+    auto = transform._spec.auto
+    assert auto is not None and auto.bound_rho is not None and auto.statistic_rho is not None
+    rho_key = Fraction(transform._spec.rho)  # type: ignore[arg-type]
+    rounds = transform.rounds
+    statistic = Fraction(1, rate) * auto.statistic_epsilon**2 / rounds
+    choice = Fraction(1, rate) * auto.choice_epsilon**2  # one selection, sensitivity x m
+    assert auto.statistic_rho == statistic
+    # per unit and window: m keys' statistics and the one choice, within m keys' rho
+    assert 2 * statistic + choice <= 2 * rho_key
+    assert 2 * statistic + choice >= 2 * rho_key * (1 - Fraction(1, 10**9))  # and all of it
+    assert auto.statistic_epsilon == Fraction(transform._spec.epsilon) * Fraction(9, 10)
+    assert 2 * rho_key <= Fraction(share.rho)  # type: ignore[arg-type]

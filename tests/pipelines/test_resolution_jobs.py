@@ -134,11 +134,12 @@ def test_quantiles_job_flags(integers: str, tmp_path: Path) -> None:
         )  # fmt: skip
 
 
-def test_zcdp_budget_keeps_a_fixed_bound_by_default(integers: str, tmp_path: Path) -> None:
-    """auto is wired for basic composition only: under zCDP the default stays 1 (the job
-    must not fail because of the default), and an explicit auto is refused before reading."""
+def test_zcdp_budget_defaults_to_auto_with_the_rho_split(integers: str, tmp_path: Path) -> None:
+    """Under zCDP the default is auto too: the statistic's and the choice's rho fit the
+    release's rho (a config that ran before the default changed still runs)."""
     config = tmp_path / "release.toml"
-    body = f"""
+    config.write_text(
+        f"""
 [input]
 path = "{integers}"
 privacy_unit = "user_id"
@@ -155,11 +156,10 @@ value = "amount"
 lower = 0
 upper = 100
 """
-    config.write_text(body)
+    )
     release.run(["--config", str(config), "--output", str(tmp_path / "out")])
     (entry,) = json.loads((tmp_path / "out" / "release.json").read_text())["releases"]
-    assert entry["contribution_bounds"]["max_contributions_per_unit"] == 1
-    assert entry["num_candidates"] == 101  # the integer grid still applies
-    config.write_text(body + 'max_contributions = "auto"\n')
-    with pytest.raises(ValueError, match="basic composition"):
-        release.run(["--config", str(config), "--output", str(tmp_path / "out2")])
+    assert entry["contribution_bounds"]["max_contributions_cap"] == 1024
+    assert entry["num_candidates"] == 101  # the integer grid
+    accuracy = entry["accuracy"]
+    assert accuracy["rho_bound_choice"] + accuracy["rho_statistic"] <= entry["rho"] * (1 + 1e-12)
