@@ -21,8 +21,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import PCollection
 
 from beam_dp.accounting import PrivacyBudget
+from beam_dp.errors import BadRecordError
 from beam_dp.io import ReadExport
-from beam_dp.io.schema import export_resolution
+from beam_dp.io.schema import ColumnResolution, column_resolution, combine_resolutions
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
 from pipelines.execute import JOB_STAGES, READ_EXPORT, run_and_write
@@ -98,12 +99,27 @@ def _matched_paths(pattern: str) -> list[str]:
         return []
 
 
+def _export_resolution(
+    paths: Sequence[str], column: str, input_format: str | None, *, skip: bool
+) -> ColumnResolution:
+    found = []
+    for path in paths:
+        try:
+            found.append(column_resolution(path, column, input_format=input_format))
+        except BadRecordError:
+            if not skip:
+                raise
+            found.append(ColumnResolution("unknown"))
+    return combine_resolutions(found)
+
+
 def apply_quantile_defaults(
     specs: Sequence[StatisticSpec],
     *,
     input_pattern: str,
     input_format: str | None,
     privacy_unit: str | None,
+    on_bad_record: str = "fail",
 ) -> None:
     """The jobs' defaults for the quantile statistics, from public facts only (in place).
 
@@ -114,8 +130,11 @@ def apply_quantile_defaults(
     * the grid: when the statistic sets neither ``grid`` nor ``resolution`` and the export's
       schema (Parquet footer, Avro header: never a value) declares the value column integer
       or decimal in every matched file, ``resolution`` is that of the column; a float column,
-      or a format without a schema (CSV, JSON lines), keeps the uniform grid. One log line
-      per statistic says which grid and why (no value, no count).
+      or a format without a schema (CSV, JSON lines), keeps the uniform grid. A file whose
+      schema cannot be read (or lacks the field) fails the job before any data is read, or,
+      with ``on_bad_record="skip"`` (the reader then skips such a file), counts as a file of
+      unknown resolution: the grid stays uniform. One log line per statistic says which
+      grid and why (no value, no count).
     """
     paths: list[str] | None = None
     for spec in specs:
@@ -136,7 +155,7 @@ def apply_quantile_defaults(
         if not paths:
             continue  # no file: the job fails below, before reading, with the usual error
         column = spec.params["value_column"]
-        found = export_resolution(paths, column, input_format=input_format)
+        found = _export_resolution(paths, column, input_format, skip=on_bad_record == "skip")
         if found.kind in ("integer", "decimal") and found.resolution_text is not None:
             spec.params["resolution"] = found.resolution_text
             LOG.info(
@@ -204,6 +223,7 @@ def run_statistics(
         input_pattern=input_pattern,
         input_format=input_format,
         privacy_unit=privacy_unit,
+        on_bad_record=on_bad_record,
     )
     for spec in specs:
         spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)

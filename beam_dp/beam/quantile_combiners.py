@@ -52,6 +52,7 @@ __all__ = [
     "QuantileCombineFn",
     "QuantileSpec",
     "grid_error",
+    "release_at_choice",
 ]
 
 
@@ -233,31 +234,28 @@ class QuantileCombineFn(beam.CombineFn):
 
 
 class AutoQuantileCombineFn(QuantileCombineFn):
-    """:class:`QuantileCombineFn` whose release runs at the privately chosen bound.
+    """:class:`QuantileCombineFn` whose output is the merged histogram, released later.
 
-    The chosen :class:`~beam_dp.summaries.contribution_bounds.BoundChoice` is a singleton
-    side input (one per window); ``extract_output`` plans at its bound with the statistic's
-    part of epsilon (all plans are public, made at construction).
+    With ``max_contributions="auto"`` the release needs the privately chosen bound, a
+    singleton side input per window. It is not given to the combine: Beam's Dask runner
+    silently drops the output of a ``CombinePerKey`` that has a side input (measured, Beam
+    2.x), while a ``Map`` with one works everywhere. So the combine yields ``(histogram)``
+    and :func:`release_at_choice` (a ``Map`` with the side input) runs the selection.
     """
 
-    def create_accumulator(self, *args: Any) -> GridHistogram:
-        return super().create_accumulator()
+    def extract_output(self, accumulator: GridHistogram) -> GridHistogram:  # type: ignore[override]
+        return accumulator.compact()
 
-    def add_input(self, accumulator: GridHistogram, element: Any, *args: Any) -> GridHistogram:
-        return super().add_input(accumulator, element)
 
-    def merge_accumulators(
-        self, accumulators: Iterable[GridHistogram], *args: Any
-    ) -> GridHistogram:
-        return super().merge_accumulators(accumulators)
-
-    def compact(self, accumulator: GridHistogram, *args: Any) -> GridHistogram:
-        return super().compact(accumulator)
-
-    def extract_output(self, accumulator: GridHistogram, *args: Any) -> Release:
-        choice = args[0]
-        spec = self._spec.for_choice(choice)
-        return spec.release(select_quantiles(accumulator, spec.grid, spec.plan, rng=spec.rng))
+def release_at_choice(
+    element: tuple[Any, GridHistogram], choice: BoundChoice, spec: QuantileSpec
+) -> tuple[Any, Release]:
+    """``(key, merged histogram)`` to ``(key, release)`` at the chosen bound (its plan and
+    the statistic's part of epsilon; all plans are public, made at construction)."""
+    key, histogram = element
+    at_choice = spec.for_choice(choice)
+    selection = select_quantiles(histogram, at_choice.grid, at_choice.plan, rng=at_choice.rng)
+    return key, at_choice.release(selection)
 
 
 @dataclass

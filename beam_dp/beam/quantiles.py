@@ -116,6 +116,7 @@ from beam_dp.beam.quantile_combiners import (
     QuantileCombineFn,
     QuantileSpec,
     grid_error,
+    release_at_choice,
 )
 from beam_dp.beam.quantile_options import (
     MeanOptions,
@@ -441,7 +442,8 @@ class _QuantileTransform(PrivateTransform):
         releases = (
             keyed
             | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
-            | "Select" >> beam.CombinePerKey(AutoQuantileCombineFn(self._spec), AsSingleton(choice))
+            | "Histograms" >> beam.CombinePerKey(AutoQuantileCombineFn(self._spec))
+            | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), self._spec)
         )
         return label_releases(releases, self._plan)
 

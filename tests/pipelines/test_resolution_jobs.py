@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from beam_dp.errors import BadRecordError
 from pipelines import quantiles, release
 from pipelines.job_run import apply_quantile_defaults
 from pipelines.statistics import spec_from_config
@@ -163,3 +164,19 @@ upper = 100
     assert entry["num_candidates"] == 101  # the integer grid
     accuracy = entry["accuracy"]
     assert accuracy["rho_bound_choice"] + accuracy["rho_statistic"] <= entry["rho"] * (1 + 1e-12)
+
+
+def test_an_unreadable_file_fails_or_keeps_the_uniform_grid_with_skip(
+    integers: str, tmp_path: Path
+) -> None:
+    directory = Path(integers).parent
+    (directory / "export-1.parquet").write_bytes(b"not a parquet file")
+    specs = [spec()]
+    apply_quantile_defaults(
+        specs, input_pattern=integers, input_format=None, privacy_unit="u", on_bad_record="skip"
+    )
+    assert "resolution" not in specs[0].params
+    with pytest.raises(BadRecordError, match=r"export-1\.parquet"):
+        apply_quantile_defaults(
+            [spec()], input_pattern=integers, input_format=None, privacy_unit="u"
+        )
