@@ -19,16 +19,36 @@ add/remove one count and every target move, giving ``2 (1 - min gap)`` where the
 Sampling is a forward dynamic program over the quantiles (state: the interval of ``o_j`` and
 how many earlier outputs share it, for the ``1/k!``), then a backward pass that draws the
 intervals, and finally uniform points inside them, sorted. Cost O(m n^2 + m^2 n) per draw
-(n = 1000, m <= 29 here: well under a second).
+(n = 1000, m <= 29 here: well under a second). The original (google-research ``dp_multiq``)
+does the forward step as a Toeplitz product by FFT, O(m n log n + m^2 n): about 20x faster at
+m = 29, so this reimplementation must never stand in for the original's *time*.
+
+Run as a script, this module is the JointExp protocol (``python -m benchmarks.jointexp``):
+n = 1000, epsilon = 1, bounds [-100, 100], m = 1..29 evenly spaced quantiles, N(0, 5) and
+U(-5, 5), ``--trials`` datasets per cell, add/remove (``--swap`` for the original's default
+relation), error = misclassified points (dp_multiq's metric). The peer is the original
+JointExp when ``--original DIR`` names a local snapshot holding ``dp_multiq/joint_exp.py``
+(read-only, never copied into beam-dp; Apache-2.0), else this reimplementation (the report
+says which). Per range of m it prints ``default / JointExp`` with a standard error from the
+paired trials (the same datasets for every method).
 """
 
 from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 from scipy.special import logsumexp
 
-__all__ = ["joint_exp", "sensitivity"]
+__all__ = ["joint_exp", "main", "range_ratio", "sensitivity"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -129,3 +149,209 @@ def joint_exp(
     low = edges[intervals]
     high = edges[intervals + 1]
     return np.sort(generator.uniform(low, high))
+
+
+# --------------------------------------------------------------------------- the protocol
+
+#: Ranges of m the issue reports on (inclusive bounds).
+RANGES: tuple[tuple[int, int], ...] = ((1, 2), (3, 12), (13, 29))
+Peer = Callable[[FloatArray, FloatArray, float, bool, np.random.Generator], FloatArray]
+
+
+def load_original(directory: str) -> Peer:
+    """The original JointExp from a local snapshot ``directory/dp_multiq/joint_exp.py``.
+
+    Raises:
+        ValueError: when the snapshot cannot be imported (naming the directory only).
+    """
+    root = str(Path(directory).resolve())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        module = importlib.import_module("dp_multiq.joint_exp")
+    except ImportError:
+        raise ValueError(
+            f"'--original' must name a directory holding dp_multiq/joint_exp.py; {root} does not"
+        ) from None
+
+    def peer(
+        data: FloatArray, qs: FloatArray, epsilon: float, swap: bool, rng: np.random.Generator
+    ) -> FloatArray:
+        del rng  # the original draws from numpy's global generator (seeded in run())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # its log(0) = -inf, by design
+            out: FloatArray = module.joint_exp(data, -100.0, 100.0, qs, epsilon, swap)
+        return out
+
+    return peer
+
+
+def ours_peer(
+    data: FloatArray, qs: FloatArray, epsilon: float, swap: bool, rng: np.random.Generator
+) -> FloatArray:
+    """This module's reimplementation, with the protocol's bounds."""
+    return joint_exp(data, qs, lower=-100.0, upper=100.0, epsilon=epsilon, swap=swap, rng=rng)
+
+
+def misclassified(sorted_values: FloatArray, truth: FloatArray, estimates: FloatArray) -> float:
+    """dp_multiq's metric: mean over quantiles of ``|#(x > true) - #(x > estimate)|``."""
+    above_true = np.searchsorted(sorted_values, truth, side="right")
+    above_estimate = np.searchsorted(sorted_values, np.asarray(estimates), side="right")
+    return float(np.abs(above_true - above_estimate).mean())
+
+
+@dataclass
+class Cell:
+    """Per-trial errors and seconds of every method in one (data, m) cell."""
+
+    errors: dict[str, list[float]] = field(default_factory=dict)
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, name: str, error: float, seconds: float) -> None:
+        self.errors.setdefault(name, []).append(error)
+        self.seconds.setdefault(name, []).append(seconds)
+
+
+def range_ratio(ours: Sequence[float], peer: Sequence[float]) -> tuple[float, float]:
+    """``mean(ours) / mean(peer)`` over paired trials, and its delta-method standard error."""
+    a = np.asarray(ours, dtype=np.float64)
+    b = np.asarray(peer, dtype=np.float64)
+    if a.shape != b.shape or a.size < 2:
+        raise ValueError("'ours' and 'peer' must be paired samples of the same size >= 2")
+    ratio = float(a.mean() / b.mean())
+    cov = np.cov(a, b) / a.size
+    var = ratio**2 * (
+        cov[0, 0] / a.mean() ** 2
+        + cov[1, 1] / b.mean() ** 2
+        - 2 * cov[0, 1] / (a.mean() * b.mean())
+    )
+    return ratio, float(np.sqrt(max(var, 0.0)))
+
+
+def run(args: argparse.Namespace, peer: Peer) -> dict[tuple[str, int], Cell]:
+    """Every cell of the protocol: the peer and beam-dp's splits on the same datasets."""
+    from beam_dp.summaries.histogram import Grid
+    from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
+
+    rng = np.random.default_rng(args.seed)
+    np.random.seed(args.seed + 1)  # the original's global generator (benchmark only)
+    grid = Grid.uniform(-100.0, 100.0, args.points)
+    relation = "replace" if args.swap else "add_remove"
+    cells: dict[tuple[str, int], Cell] = {}
+    for distribution in ("gaussian", "uniform"):
+        for m in range(1, args.max_m + 1, args.m_step):
+            qs = np.linspace(0.0, 1.0, m + 2)[1:-1]
+            plans = {
+                split: plan_quantiles(
+                    qs.tolist(),
+                    epsilon=args.epsilon,
+                    num_candidates=args.points,
+                    split=split,
+                    relation=relation,
+                )
+                for split in ("auto", "recursive", "independent")
+            }
+            cell = cells.setdefault((distribution, m), Cell())
+            for _ in range(args.trials):
+                if distribution == "gaussian":
+                    data = np.sort(rng.normal(0.0, 5.0, args.n))
+                else:
+                    data = np.sort(rng.uniform(-5.0, 5.0, args.n))
+                truth = np.quantile(data, qs, method="lower")
+                start = time.perf_counter()
+                estimate = peer(data, qs, args.epsilon, args.swap, rng)
+                cell.add("jointexp", misclassified(data, truth, estimate), _since(start))
+                start = time.perf_counter()
+                histogram = grid.histogram(data)
+                build = _since(start)
+                for split, plan in plans.items():
+                    start = time.perf_counter()
+                    selection = select_quantiles(histogram, grid, plan)
+                    took = build + _since(start)
+                    values = np.asarray(selection.values)
+                    cell.add(split, misclassified(data, truth, values), took)
+    return cells
+
+
+def _since(start: float) -> float:
+    return time.perf_counter() - start
+
+
+def report(
+    cells: dict[tuple[str, int], Cell], args: argparse.Namespace, peer_name: str
+) -> list[str]:
+    """The per-m table, the per-range ratios with standard errors, and the times."""
+    names = ("jointexp", "auto", "recursive", "independent")
+    lines = [
+        f"JointExp protocol: n = {args.n}, epsilon = {args.epsilon}, "
+        f"{'swap' if args.swap else 'add/remove'}, {args.trials} trials per cell, "
+        f"grid {args.points:,}; peer: {peer_name}",
+        "",
+        "| data | m | JointExp | default (auto) | recursive | independent | default / JointExp |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (distribution, m), cell in cells.items():
+        means = [float(np.mean(cell.errors[name])) for name in names]
+        ratio = means[1] / max(means[0], 1e-12)
+        row = " | ".join(f"{value:.2f}" for value in means)
+        lines.append(f"| {distribution} | {m} | {row} | {ratio:.2f} |")
+    lines += ["", "| m | default / JointExp | SE | recursive / JointExp | independent / JointExp |"]
+    lines.append("|---|---:|---:|---:|---:|")
+    for low, high in [*RANGES, (1, 29)]:
+        chosen = [cell for (_, m), cell in cells.items() if low <= m <= high]
+        if not chosen:
+            continue
+        peer = [e for cell in chosen for e in cell.errors["jointexp"]]
+        ratios = {
+            name: range_ratio([e for cell in chosen for e in cell.errors[name]], peer)
+            for name in ("auto", "recursive", "independent")
+        }
+        lines.append(
+            f"| {low}-{high} | {ratios['auto'][0]:.3f} | {ratios['auto'][1]:.3f} | "
+            f"{ratios['recursive'][0]:.3f} | {ratios['independent'][0]:.3f} |"
+        )
+    lines += [
+        "",
+        "| m | JointExp ms/trial (median) | default ms/release (median) |",
+        "|---|---:|---:|",
+    ]
+    for m in sorted({m for _, m in cells}):
+        peer_s = [s for (_, k), c in cells.items() if k == m for s in c.seconds["jointexp"]]
+        ours_s = [s for (_, k), c in cells.items() if k == m for s in c.seconds["auto"]]
+        lines.append(f"| {m} | {1e3 * np.median(peer_s):.1f} | {1e3 * np.median(ours_s):.1f} |")
+    return lines
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line; ``--quick`` is the smoke run of the test suite."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.jointexp", description=__doc__)
+    parser.add_argument("--original", default=None, help="local dp_multiq snapshot directory")
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--max-m", type=int, default=29)
+    parser.add_argument("--m-step", type=int, default=1)
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--points", type=int, default=10**5)
+    parser.add_argument("--epsilon", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=2021)
+    parser.add_argument("--swap", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trials, args.max_m, args.m_step, args.n, args.points = 3, 4, 3, 200, 10**4
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[str]:
+    """Run the protocol and print its tables (also returned, for tests)."""
+    args = parse(argv)
+    if args.original is not None:
+        peer, name = load_original(args.original), "the original dp_multiq JointExp"
+    else:
+        peer, name = ours_peer, "benchmarks/jointexp.py (reimplementation; times not comparable)"
+    lines = report(run(args, peer), args, name)
+    print("\n".join(lines))
+    return lines
+
+
+if __name__ == "__main__":
+    main()
