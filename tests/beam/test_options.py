@@ -19,6 +19,7 @@ from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
 from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 from beam_dp.beam.selection_spec import check_method
 from beam_dp.mechanisms.selection import check_method as the_check_method
+from pipelines.statistics import _parameters, statistic_keys
 
 
 def _top(**extra: Any) -> TopCandidates.Globally:
@@ -102,3 +103,55 @@ def test_one_split_of_a_share_covers_delta() -> None:
     whole = ResolvedBudget("k", 1.0, None, "partition_selection", delta=1e-6)
     one = split_share(whole, keys_per_unit=2, windows_per_unit=2)
     assert one.epsilon * 4 <= 1.0 and one.delta is not None and one.delta * 4 <= 1e-6
+
+
+_SHARED_KEYS = {
+    "confidence",
+    "epsilon",
+    "max_windows_per_unit",
+    "method",
+    "name",
+    "num_shards",
+    "relation",
+    "salt",
+    "type",
+    "weight",
+}
+_PER_KEY_KEYS = {"key", "keys", "max_keys_per_unit"}
+_OWN_KEYS = {
+    "top_candidates": {"candidate", "candidates", "k", "max_candidates_per_unit"},
+    "best_price": {"value", "prices", "per_unit"},
+    "election": {"candidate", "candidates", "score"},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OWN_KEYS))
+@pytest.mark.parametrize("per_key", [False, True])
+def test_the_config_keys_of_each_selection_are_pinned(kind: str, per_key: bool) -> None:
+    # pipelines.statistics derives these from the constructors' Unpack'd TypedDicts: declaring
+    # a statistic's own keywords once (in a TypedDict) must leave every key set as it was.
+    expected = _SHARED_KEYS | _OWN_KEYS[kind]
+    if per_key:
+        expected |= _PER_KEY_KEYS
+    elif kind == "top_candidates":
+        expected |= {"key_selection_epsilon", "key_selection_delta"}
+    assert set(statistic_keys(kind, per_key=per_key)) == expected
+
+
+@pytest.mark.parametrize(
+    ("variant", "required"),
+    [
+        (TopCandidates.Globally, {"candidate_column", "candidates", "unit_column"}),
+        (TopCandidates.PerKey, {"candidate_column", "candidates", "unit_column", "keys"}),
+        (BestPrice.Globally, {"value_column", "unit_column"}),
+        (BestPrice.PerKey, {"value_column", "unit_column", "keys"}),
+        (Election.Globally, {"candidate_column", "candidates", "unit_column"}),
+        (Election.PerKey, {"candidate_column", "candidates", "unit_column", "keys"}),
+        (ExponentialSelect.Globally, {"score_fn", "candidates", "sensitivity", "monotone"}),
+        (ExponentialSelect.PerKey, {"score_fn", "candidates", "sensitivity", "monotone", "keys"}),
+    ],
+)
+def test_the_required_keywords_of_each_selection_are_pinned(
+    variant: type, required: set[str]
+) -> None:
+    assert set(_parameters(variant)[1]) == required | {"epsilon", "unit_column"}
