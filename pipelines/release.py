@@ -20,7 +20,7 @@ The config is TOML (every key is listed after the flags below):
     [[statistics]]                   # one table per statistic
     name = "top_websites"
     type = "top_candidates"          # top_candidates | best_price | election | quantiles |
-                                     # median | min | max | mean
+                                     # median | min | max | mean | cdf
     candidate = "website"
     candidates = "websites.txt"      # a list, or an existing file (one per line), or "a,b,c";
                                      # omit for DP key selection (key_selection_epsilon,
