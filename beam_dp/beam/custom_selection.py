@@ -8,8 +8,9 @@ docstring describes windows, ``.PerKey`` and record-level privacy for every sele
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
-from typing import Unpack
+from typing import Required, TypedDict, Unpack
 
 import apache_beam as beam
 
@@ -31,20 +32,44 @@ from beam_dp.beam.selection_spec import SelectionSpec, ledger_bounds
 __all__ = ["ExponentialSelect"]
 
 
+# The statistic's own keywords, declared once (functional form: its Required[...] stays
+# visible at run time, see beam_dp.beam.selection); ``score_fn`` stays positional.
+ExponentialSelectArgs = TypedDict(  # noqa: UP013 (Required read at run time)
+    "ExponentialSelectArgs",
+    {
+        "candidates": Required[PublicList],
+        "sensitivity": Required[float | Fraction],
+        "monotone": Required[bool],
+        "unit_column": Required[str | None],
+        "candidate_column": str | None,
+        "value_column": str | None,
+        "bounds": ContributionBounds | None,
+        "statistic": str,
+        "k": int,
+    },
+    total=False,
+)
+
+
+class ExponentialSelectGloballyOptions(ExponentialSelectArgs, PrivateOptions, total=False):
+    """Every keyword of ``ExponentialSelect.Globally``."""
+
+
+class ExponentialSelectPerKeyOptions(ExponentialSelectArgs, PerKeyOptions, total=False):
+    """Every keyword of ``ExponentialSelect.PerKey``."""
+
+
 def _custom(
-    options: CommonOptions,
-    keys: KeyOptions,
-    *,
-    score_fn: beam.CombineFn,
-    candidates: PublicList,
-    sensitivity: float | Fraction,
-    monotone: bool,
-    unit_column: str | None,
-    candidate_column: str | None,
-    value_column: str | None,
-    bounds: ContributionBounds | None,
-    statistic: str,
+    score_fn: beam.CombineFn, options: CommonOptions, keys: KeyOptions, args: ExponentialSelectArgs
 ) -> Built:
+    candidates = args["candidates"]
+    sensitivity = args["sensitivity"]
+    monotone = args["monotone"]
+    unit_column = args["unit_column"]
+    candidate_column = args.get("candidate_column")
+    value_column = args.get("value_column")
+    bounds = args.get("bounds")
+    statistic = args.get("statistic", "custom")
     if not isinstance(score_fn, beam.CombineFn):
         raise TypeError(
             f"'score_fn' must be a beam.CombineFn; received type {type(score_fn).__name__}"
@@ -148,77 +173,17 @@ class ExponentialSelect:
     class Globally(PrivateTransform):
         """Select over the whole input, one release per window."""
 
-        NAMESPACE = "ExponentialSelect"
-        VARIANT = "Globally"
-
         def __init__(
-            self,
-            score_fn: beam.CombineFn,
-            *,
-            candidates: PublicList,
-            sensitivity: float | Fraction,
-            monotone: bool,
-            unit_column: str | None,
-            candidate_column: str | None = None,
-            value_column: str | None = None,
-            bounds: ContributionBounds | None = None,
-            statistic: str = "custom",
-            k: int = 1,
-            **options: Unpack[PrivateOptions],
+            self, score_fn: beam.CombineFn, **options: Unpack[ExponentialSelectGloballyOptions]
         ) -> None:
             super().__init__()
-            common, keys = self._options(options, k=k)
-            self._finish(
-                _custom(
-                    common,
-                    keys,
-                    score_fn=score_fn,
-                    candidates=candidates,
-                    sensitivity=sensitivity,
-                    monotone=monotone,
-                    unit_column=unit_column,
-                    candidate_column=candidate_column,
-                    value_column=value_column,
-                    bounds=bounds,
-                    statistic=statistic,
-                )
-            )
+            self._build(options, functools.partial(_custom, score_fn))
 
     class PerKey(PrivateTransform):
         """One selection per public key, one release per key."""
 
-        NAMESPACE = "ExponentialSelect"
-        VARIANT = "PerKey"
-
         def __init__(
-            self,
-            score_fn: beam.CombineFn,
-            *,
-            candidates: PublicList,
-            sensitivity: float | Fraction,
-            monotone: bool,
-            unit_column: str | None,
-            candidate_column: str | None = None,
-            value_column: str | None = None,
-            bounds: ContributionBounds | None = None,
-            statistic: str = "custom",
-            k: int = 1,
-            **options: Unpack[PerKeyOptions],
+            self, score_fn: beam.CombineFn, **options: Unpack[ExponentialSelectPerKeyOptions]
         ) -> None:
             super().__init__()
-            common, keys = self._options(options, k=k)
-            self._finish(
-                _custom(
-                    common,
-                    keys,
-                    score_fn=score_fn,
-                    candidates=candidates,
-                    sensitivity=sensitivity,
-                    monotone=monotone,
-                    unit_column=unit_column,
-                    candidate_column=candidate_column,
-                    value_column=value_column,
-                    bounds=bounds,
-                    statistic=statistic,
-                )
-            )
+            self._build(options, functools.partial(_custom, score_fn))

@@ -26,7 +26,9 @@ what one unit can reach (keys, windows), and the ledger mechanism and rounds it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import difflib
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -43,7 +45,7 @@ from beam_dp.beam.bounding import (
     MatchBoundedWindows,
     check_windowing,
 )
-from beam_dp.beam.options import CommonOptions, KeyOptions, take_options
+from beam_dp.beam.options import CommonOptions, KeyOptions, PerKeyOptions, take_options
 from beam_dp.release import Release
 
 __all__ = [
@@ -595,12 +597,51 @@ class Built:
 class PrivateTransform(beam.PTransform):
     """Base of every ``.Globally`` / ``.PerKey`` transform: a :class:`Built` plan.
 
-    Subclasses set ``NAMESPACE`` and ``VARIANT``, read their ``**options`` with
-    :meth:`_options` and end their constructor with :meth:`_finish`.
+    Subclasses read their ``**options`` with :meth:`_options` and end their constructor with
+    :meth:`_finish`, or do both with :meth:`_build`. ``NAMESPACE`` and ``VARIANT`` default to
+    the two parts of the class's qualified name (``TopCandidates.Globally``).
     """
 
     NAMESPACE: ClassVar[str] = ""
     VARIANT: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parts = cls.__qualname__.split(".")
+        if len(parts) >= 2:
+            cls.NAMESPACE = cls.__dict__.get("NAMESPACE", parts[-2])
+            cls.VARIANT = cls.__dict__.get("VARIANT", parts[-1])
+
+    def _build(
+        self, options: Mapping[str, Any], build: Callable[[CommonOptions, KeyOptions, Any], Built]
+    ) -> None:
+        """Build this variant from its ``**options``, by one path for every statistic.
+
+        The variant's ``__init__`` declares ``**options: Unpack[X]``, ``X`` a TypedDict that
+        combines the statistic's own keywords with :class:`~beam_dp.beam.options.PrivateOptions`
+        (or ``PerKeyOptions``). ``X``, read from that signature (as ``pipelines.statistics``
+        reads it), decides which keywords are the statistic's own (passed to ``build`` as one
+        mapping, which applies their defaults), which of them are required, and the names a
+        misspelt keyword is matched against. The shared ones (and ``k``, when the statistic
+        has it) are validated by :meth:`_options`.
+
+        Raises:
+            TypeError: for a keyword the variant does not take (naming the nearest one it
+                does) or a missing required keyword of the statistic.
+        """
+        accepted, required = _accepted_options(type(self))
+        transform = f"{self.NAMESPACE}.{self.VARIANT}"
+        for key in options:
+            if key not in accepted and key not in _SHARED_NAMES:
+                near = difflib.get_close_matches(key, sorted(accepted), n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise TypeError(f"{transform}() got an unexpected keyword argument {key!r}{hint}")
+        for key in sorted(required - options.keys()):
+            raise TypeError(f"{transform}() missing required keyword argument {key!r}")
+        own = {key: value for key, value in options.items() if key not in _SHARED_NAMES}
+        shared = {key: value for key, value in options.items() if key in _SHARED_NAMES}
+        common, keys = self._options(shared, **({"k": own["k"]} if "k" in own else {}))
+        self._finish(build(common, keys, own))
 
     def _options(
         self, options: Mapping[str, Any], *, k: int = 1, **family: Any
@@ -653,3 +694,17 @@ class PrivateTransform(beam.PTransform):
         """The rounds a budget share for this transform must cover (``k``, or a quantile
         plan's levels)."""
         return self._rounds
+
+
+#: The keywords every transform shares (validated by ``take_options``, which also refuses a
+#: per-key one given to ``.Globally``).
+_SHARED_NAMES = frozenset(PerKeyOptions.__required_keys__ | PerKeyOptions.__optional_keys__)
+
+
+def _accepted_options(cls: type) -> tuple[frozenset[str], frozenset[str]]:
+    """The keywords ``cls(**options)`` accepts, from its ``Unpack[TypedDict]`` annotation, and
+    the statistic's own required ones."""
+    hint = typing.get_type_hints(cls.__dict__["__init__"])["options"]
+    (options,) = typing.get_args(hint)
+    accepted = frozenset(options.__required_keys__ | options.__optional_keys__)
+    return accepted, frozenset(options.__required_keys__) - _SHARED_NAMES

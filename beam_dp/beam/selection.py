@@ -91,7 +91,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Unpack
+from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 from apache_beam.pvalue import PCollection
@@ -135,29 +135,62 @@ Candidates = Sequence[Any] | str | os.PathLike[str] | PCollection
 # --------------------------------------------------------------------------- top candidates
 
 
-def _top_candidates(
-    options: CommonOptions,
-    keys: KeyOptions,
-    *,
-    candidate_column: str,
-    candidates: Candidates | None,
-    unit_column: str | None,
-    max_candidates_per_unit: int | None,
-    key_selection: KeySelection | None,
-) -> Built:
+# A statistic's own keywords are declared once, in a TypedDict of the functional form (its
+# Required[...] stays visible at run time, __required_keys__, which a class body under
+# ``from __future__ import annotations`` would hide), and
+# combined with PrivateOptions / PerKeyOptions into each variant's ``**options``; its build
+# function reads them and applies their defaults (PrivateTransform._build).
+_TopCandidatesOwn = TypedDict(  # noqa: UP013 (Required read at run time)
+    "_TopCandidatesOwn",
+    {
+        "candidate_column": Required[str],
+        "unit_column": Required[str | None],
+        "k": int,
+        "max_candidates_per_unit": int | None,
+    },
+    total=False,
+)
+_MaybePublicCandidates = TypedDict(  # noqa: UP013 (Required read at run time)
+    "_MaybePublicCandidates",
+    {"candidates": Required[Candidates | None], "key_selection": KeySelection | None},
+    total=False,
+)
+_PublicCandidates = TypedDict(  # noqa: UP013 (Required read at run time)
+    "_PublicCandidates", {"candidates": Required[Candidates]}
+)
+
+
+class TopCandidatesArgs(_TopCandidatesOwn, _MaybePublicCandidates, total=False):
+    """:class:`TopCandidates`' own keywords (``.Globally``)."""
+
+
+class TopCandidatesGloballyOptions(TopCandidatesArgs, PrivateOptions, total=False):
+    """Every keyword of ``TopCandidates.Globally``."""
+
+
+class TopCandidatesPerKeyOptions(_TopCandidatesOwn, _PublicCandidates, PerKeyOptions, total=False):
+    """Every keyword of ``TopCandidates.PerKey``."""
+
+
+def _top_candidates(options: CommonOptions, keys: KeyOptions, args: TopCandidatesArgs) -> Built:
+    candidate_column = args["candidate_column"]
+    candidates = args["candidates"]
+    unit_column = args["unit_column"]
+    max_candidates_per_unit = args.get("max_candidates_per_unit")
+    key_selection = args.get("key_selection")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
     if max_candidates_per_unit is not None:
         DistinctUnitCount(1, max_candidates_per_unit)  # validates the bound
     if candidates is None:
+        if keys.keys is not None:
+            raise ValueError("TopCandidates.PerKey needs public 'candidates'")
         if key_selection is None:
             raise ValueError(
                 "'candidates' is None: pass the public candidates, or key_selection="
                 "KeySelection(epsilon=..., delta=..., max_candidates_per_unit=...) to select "
                 "them privately from the data first"
             )
-        if keys.keys is not None:
-            raise ValueError("DP key selection is available with .Globally only")
         return top_after_key_selection(
             key_selection,
             candidate_column=candidate_column,
@@ -246,79 +279,46 @@ class TopCandidates:
     class Globally(PrivateTransform):
         """Top candidate(s) over the whole input, one release per window."""
 
-        NAMESPACE = "TopCandidates"
-        VARIANT = "Globally"
-
-        def __init__(
-            self,
-            *,
-            candidate_column: str,
-            candidates: Candidates | None,
-            unit_column: str | None,
-            k: int = 1,
-            max_candidates_per_unit: int | None = None,
-            key_selection: KeySelection | None = None,
-            **options: Unpack[PrivateOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[TopCandidatesGloballyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options, k=k)
-            self._finish(
-                _top_candidates(
-                    common,
-                    keys,
-                    candidate_column=candidate_column,
-                    candidates=candidates,
-                    unit_column=unit_column,
-                    max_candidates_per_unit=max_candidates_per_unit,
-                    key_selection=key_selection,
-                )
-            )
+            self._build(options, _top_candidates)
 
     class PerKey(PrivateTransform):
         """Top candidate(s) per public key (e.g. per country), one release per key."""
 
-        NAMESPACE = "TopCandidates"
-        VARIANT = "PerKey"
-
-        def __init__(
-            self,
-            *,
-            candidate_column: str,
-            candidates: Candidates,
-            unit_column: str | None,
-            k: int = 1,
-            max_candidates_per_unit: int | None = None,
-            **options: Unpack[PerKeyOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[TopCandidatesPerKeyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options, k=k)
-            if candidates is None:
-                raise ValueError("TopCandidates.PerKey needs public 'candidates'")
-            self._finish(
-                _top_candidates(
-                    common,
-                    keys,
-                    candidate_column=candidate_column,
-                    candidates=candidates,
-                    unit_column=unit_column,
-                    max_candidates_per_unit=max_candidates_per_unit,
-                    key_selection=None,
-                )
-            )
+            self._build(options, _top_candidates)
 
 
 # --------------------------------------------------------------------------- best price
 
 
-def _best_price(
-    options: CommonOptions,
-    keys: KeyOptions,
-    *,
-    value_column: str,
-    unit_column: str | None,
-    prices: Sequence[Any] | Revenue | None,
-    per_unit: str,
-) -> Built:
+BestPriceArgs = TypedDict(  # noqa: UP013 (Required read at run time)
+    "BestPriceArgs",
+    {
+        "value_column": Required[str],
+        "unit_column": Required[str | None],
+        "prices": Sequence[Any] | Revenue | None,
+        "per_unit": str,
+    },
+    total=False,
+)
+
+
+class BestPriceGloballyOptions(BestPriceArgs, PrivateOptions, total=False):
+    """Every keyword of ``BestPrice.Globally``."""
+
+
+class BestPricePerKeyOptions(BestPriceArgs, PerKeyOptions, total=False):
+    """Every keyword of ``BestPrice.PerKey``."""
+
+
+def _best_price(options: CommonOptions, keys: KeyOptions, args: BestPriceArgs) -> Built:
+    value_column = args["value_column"]
+    unit_column = args["unit_column"]
+    prices = args.get("prices")
+    per_unit = args.get("per_unit", "max")
     check_column(value_column, "value_column")
     check_column(unit_column, "unit_column", optional=True)
     if per_unit not in PER_UNIT_RULES:
@@ -408,72 +408,45 @@ class BestPrice:
     class Globally(PrivateTransform):
         """The best price over the whole input, one release per window."""
 
-        NAMESPACE = "BestPrice"
-        VARIANT = "Globally"
-
-        def __init__(
-            self,
-            *,
-            value_column: str,
-            unit_column: str | None,
-            prices: Sequence[Any] | Revenue | None = None,
-            per_unit: str = "max",
-            **options: Unpack[PrivateOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[BestPriceGloballyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options)
-            self._finish(
-                _best_price(
-                    common,
-                    keys,
-                    value_column=value_column,
-                    unit_column=unit_column,
-                    prices=prices,
-                    per_unit=per_unit,
-                )
-            )
+            self._build(options, _best_price)
 
     class PerKey(PrivateTransform):
         """The best price per public key (e.g. per country), one release per key."""
 
-        NAMESPACE = "BestPrice"
-        VARIANT = "PerKey"
-
-        def __init__(
-            self,
-            *,
-            value_column: str,
-            unit_column: str | None,
-            prices: Sequence[Any] | Revenue | None = None,
-            per_unit: str = "max",
-            **options: Unpack[PerKeyOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[BestPricePerKeyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options)
-            self._finish(
-                _best_price(
-                    common,
-                    keys,
-                    value_column=value_column,
-                    unit_column=unit_column,
-                    prices=prices,
-                    per_unit=per_unit,
-                )
-            )
+            self._build(options, _best_price)
 
 
 # --------------------------------------------------------------------------- election
 
 
-def _election(
-    options: CommonOptions,
-    keys: KeyOptions,
-    *,
-    candidate_column: str,
-    candidates: Candidates,
-    unit_column: str | None,
-    score: str,
-) -> Built:
+_ElectionOwn = TypedDict(  # noqa: UP013 (Required read at run time)
+    "_ElectionOwn",
+    {"candidate_column": Required[str], "unit_column": Required[str | None], "score": str},
+    total=False,
+)
+
+
+class ElectionArgs(_ElectionOwn, _PublicCandidates, total=False):
+    """:class:`Election`'s own keywords."""
+
+
+class ElectionGloballyOptions(ElectionArgs, PrivateOptions, total=False):
+    """Every keyword of ``Election.Globally``."""
+
+
+class ElectionPerKeyOptions(ElectionArgs, PerKeyOptions, total=False):
+    """Every keyword of ``Election.PerKey``."""
+
+
+def _election(options: CommonOptions, keys: KeyOptions, args: ElectionArgs) -> Built:
+    candidate_column = args["candidate_column"]
+    candidates = args["candidates"]
+    unit_column = args["unit_column"]
+    score = args.get("score", "plurality")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
     if score not in ("plurality", "margin"):
@@ -548,55 +521,13 @@ class Election:
     class Globally(PrivateTransform):
         """The winner over the whole input, one release per window."""
 
-        NAMESPACE = "Election"
-        VARIANT = "Globally"
-
-        def __init__(
-            self,
-            *,
-            candidate_column: str,
-            candidates: Candidates,
-            unit_column: str | None,
-            score: str = "plurality",
-            **options: Unpack[PrivateOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[ElectionGloballyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options)
-            self._finish(
-                _election(
-                    common,
-                    keys,
-                    candidate_column=candidate_column,
-                    candidates=candidates,
-                    unit_column=unit_column,
-                    score=score,
-                )
-            )
+            self._build(options, _election)
 
     class PerKey(PrivateTransform):
         """One winner per public key (e.g. per village), one release per key."""
 
-        NAMESPACE = "Election"
-        VARIANT = "PerKey"
-
-        def __init__(
-            self,
-            *,
-            candidate_column: str,
-            candidates: Candidates,
-            unit_column: str | None,
-            score: str = "plurality",
-            **options: Unpack[PerKeyOptions],
-        ) -> None:
+        def __init__(self, **options: Unpack[ElectionPerKeyOptions]) -> None:
             super().__init__()
-            common, keys = self._options(options)
-            self._finish(
-                _election(
-                    common,
-                    keys,
-                    candidate_column=candidate_column,
-                    candidates=candidates,
-                    unit_column=unit_column,
-                    score=score,
-                )
-            )
+            self._build(options, _election)

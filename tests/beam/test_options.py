@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,13 @@ def test_every_constructor_shares_the_typed_options() -> None:
     )
     for variant in (TopCandidates, BestPrice, Election, ExponentialSelect):
         for cls, options in ((variant.Globally, PrivateOptions), (variant.PerKey, PerKeyOptions)):
-            hint = cls.__init__.__annotations__["options"]
-            assert hint == f"Unpack[{options.__name__}]", cls
+            # Each variant unpacks one TypedDict: the statistic's own keywords combined with the
+            # shared ones by inheritance.
+            hint = typing.get_type_hints(cls.__init__)["options"]
+            assert typing.get_origin(hint) is typing.Unpack, cls
+            (declared,) = typing.get_args(hint)
+            shared = options.__required_keys__ | options.__optional_keys__
+            assert shared <= declared.__required_keys__ | declared.__optional_keys__, cls
 
 
 def test_a_transform_answers_its_ledger_mechanism_and_rounds() -> None:
@@ -157,3 +163,38 @@ def test_the_required_keywords_of_each_selection_are_pinned(
     # (epsilon is not among them: PrivateOptions' Required[...] is a string annotation at run
     # time, so its __required_keys__ is empty; pipelines.statistics checks epsilon itself.)
     assert set(_parameters(variant)[1]) == required | {"unit_column"}
+
+
+def test_a_misspelt_own_keyword_is_refused_with_the_nearest_own_name() -> None:
+    # Before the statistic's own keywords joined its TypedDict, this named
+    # 'max_windows_per_unit' (the nearest shared option) instead.
+    with pytest.raises(TypeError, match="'max_candidate_per_unit'; did you mean 'max_candid"):
+        _top(max_candidate_per_unit=2)
+    with pytest.raises(TypeError, match=r"BestPrice\.PerKey\(\).*'per_units'; did you mean 'per_"):
+        BestPrice.PerKey(  # type: ignore[call-arg]
+            value_column="v", unit_column=None, epsilon=1.0, keys=["a"], per_units="max"
+        )
+
+
+def test_a_missing_own_keyword_and_a_global_only_one_are_refused() -> None:
+    with pytest.raises(TypeError, match="missing required keyword argument 'unit_column'"):
+        Election.Globally(candidate_column="c", candidates=["a", "b"], epsilon=1.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'key_selection'"):
+        TopCandidates.PerKey(  # type: ignore[call-arg]
+            candidate_column="c",
+            candidates=["a"],
+            unit_column=None,
+            epsilon=1.0,
+            keys=["x"],
+            key_column="k",
+            key_selection=None,
+        )
+    with pytest.raises(ValueError, match=r"TopCandidates\.PerKey needs public 'candidates'"):
+        TopCandidates.PerKey(
+            candidate_column="c",
+            candidates=None,  # type: ignore[arg-type]
+            unit_column=None,
+            epsilon=1.0,
+            keys=["x"],
+            key_column="k",
+        )
