@@ -64,6 +64,22 @@ bound), so a statistic with ``max_contributions="auto"`` spends ``share * epsilo
 (it must be, to state the statistic's sensitivity) and belongs in the ledger record.
 
 Sampling is exact: integer scores, exact rational ``epsilon / sensitivity``, exact coins.
+
+Which bounds are worth choosing
+-------------------------------
+A private choice pays ``share * epsilon`` and can only pay it back where the statistic's
+noise grows with the bound: rows per unit for a quantile (sensitivity times ``b``), keys
+per unit for a ``.PerKey`` release (each key runs at ``epsilon / (m w)``), distinct labels
+per unit for DP key selection (its noise scale and threshold grow with the bound). It is
+*not* offered for ``TopCandidates`` over public candidates (``max_candidates_per_unit``):
+the distinct-unit count has sensitivity 1 whatever a unit names
+(:class:`~beam_dp.scores.DistinctUnitCount`), so the noise is the same at every bound: a
+bound only drops the candidates of units that name many (it changes what is counted, never
+the noise), and a chosen one would also spend ``share * epsilon``. No bound (``None``, the
+default) is the accurate setting. Measured on synthetic units (50 candidates, 2 000 units
+naming 1 + Poisson(6) each, exact permute-and-flip pmf; tests/beam/test_auto_candidates.py):
+P(true top) 0.89 without a bound at epsilon 0.02, against 0.84 / 0.80 / 0.41 bounded at
+16 / 8 / 4 (16 is the 0.9-quantile rule's choice) with the remaining 0.9 epsilon.
 """
 
 from __future__ import annotations
