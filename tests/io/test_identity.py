@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from beam_dp.batching.hashing import canonical_hash64, canonical_id_text
 from beam_dp.io import ReadExport
-from beam_dp.io.readers import _ReadFileFn, _to_batch
+from beam_dp.io.decoding import _to_batch
+from beam_dp.io.readers import _ReadFileFn
 
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _HUGE = st.integers(2**63, 2**80) | st.integers(-(2**80), -(2**63) - 1)
