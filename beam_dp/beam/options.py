@@ -405,6 +405,12 @@ class KeyOptions:
         if batches:
             check_column(key_column, "key_column")
         labels = static_labels(keys, "keys")
+        if isinstance(max_keys_per_unit, str) and max_keys_per_unit == "auto":
+            # Each key's epsilon would then depend on the chosen bound: not wired (issue 14).
+            raise ValueError(
+                "'max_keys_per_unit' must be an integer >= 1 or None; 'auto' (a privately "
+                "chosen key bound) is not available yet: give an integer"
+            )
         if max_keys_per_unit is not None:
             check_positive_int(max_keys_per_unit, "max_keys_per_unit")
         column = key_column if batches else None
