@@ -1,0 +1,202 @@
+"""The private CDF's panel of ``report.html``: step curves and the quantiles read from them.
+
+A release with ``statistic`` ``"cdf"`` (a value with ``steps`` and ``cdf``) is drawn as one
+inline SVG step path per release, up to :data:`MAX_CDF_CURVES` (with one curve, the band
+``F ± D`` of its stated KS distance), above a table of quantiles read from the released CDF:
+the requested ones, else the deciles and quartiles.
+
+**Privacy**: the curves, the band and the quantile table are post-processing of released
+values (the steps, the CDF and its stated accuracy); the axis comes from released steps only.
+No score, count or record is read here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from beam_dp.io.report_format import (
+    _PALETTE,
+    _axis_ticks,
+    _bound,
+    _e,
+    _is_number,
+    _row_label,
+    format_number,
+)
+
+__all__ = ["MAX_CDF_CURVES"]
+
+#: The most step curves one CDF panel draws (the quantile table lists every release).
+MAX_CDF_CURVES = 8
+
+
+#: Quantiles shown for a CDF released without requested ones (read from its step CDF).
+_CDF_DEFAULT_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def _cdf_of(value: Any) -> dict[str, Any] | None:
+    """A released CDF's parts (steps, cumulative fractions, bounds, quantiles), else None."""
+    if not isinstance(value, Mapping):
+        return None
+    steps, cdf = value.get("steps"), value.get("cdf")
+    lower, upper = value.get("lower"), value.get("upper")
+    if not (isinstance(steps, list) and isinstance(cdf, list) and len(steps) == len(cdf)):
+        return None
+    numbers = [*steps, *cdf, lower, upper]
+    if not all(_is_number(v) and math.isfinite(v) for v in numbers):
+        return None
+    low, high = float(lower), float(upper)  # type: ignore[arg-type]  # numbers, checked
+    if not low < high:
+        return None
+    quantiles = value.get("quantiles")
+    requested: list[tuple[float, float]] = []
+    if isinstance(quantiles, Mapping):
+        for alpha, q in quantiles.items():
+            try:
+                requested.append((float(alpha), float(q)))
+            except (TypeError, ValueError):
+                return None
+    return {
+        "steps": [float(v) for v in steps],
+        "cdf": [min(max(float(v), 0.0), 1.0) for v in cdf],
+        "lower": low,
+        "upper": high,
+        "quantiles": requested,
+        "k": value.get("k"),
+        "n_hat": value.get("n_hat"),
+        "count_released": value.get("count_released") is True,
+    }
+
+
+def _read_quantile(cdf: Mapping[str, Any], alpha: float) -> float:
+    """The smallest step with ``F >= alpha`` (post-processing of the released CDF)."""
+    for step, share in zip(cdf["steps"], cdf["cdf"], strict=True):
+        if share >= alpha - 1e-12:
+            return float(step)
+    return float(cdf["upper"])
+
+
+def _step_vertices(
+    cdf: Mapping[str, Any], shift: float, lower: float, upper: float
+) -> list[tuple[float, float]]:
+    """Corners of ``min(1, max(0, F + shift))`` from ``lower`` to ``upper`` (value, level)."""
+
+    def level(share: float) -> float:
+        return min(1.0, max(0.0, share + shift))
+
+    current = level(0.0)
+    vertices = [(lower, current)]
+    for step, share in zip(cdf["steps"], cdf["cdf"], strict=True):
+        vertices.append((step, current))
+        current = level(share)
+        vertices.append((step, current))
+    vertices.append((upper, current))
+    return vertices
+
+
+def _svg_points(vertices: Sequence[tuple[float, float]], lower: float, upper: float) -> str:
+    return " ".join(
+        f"{1000.0 * (x - lower) / (upper - lower):.2f},{400.0 * (1.0 - y):.2f}" for x, y in vertices
+    )
+
+
+def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
+    cdfs = [_cdf_of(r["value"]) for r in releases]
+    parts = [c for c in cdfs if c is not None]
+    lower = min(c["lower"] for c in parts)
+    upper = max(c["upper"] for c in parts)
+    drawn = list(zip(releases, parts, strict=True))[:MAX_CDF_CURVES]
+    shapes = []
+    single = len(parts) == 1
+    distance = releases[0].get("accuracy", {}).get("ks_distance")
+    if single and _is_number(distance) and distance > 0:
+        band = _step_vertices(parts[0], float(distance), lower, upper)
+        band += reversed(_step_vertices(parts[0], -float(distance), lower, upper))
+        shapes.append(
+            f'<polygon points="{_svg_points(band, lower, upper)}" '
+            'fill="rgba(217,130,43,.22)" stroke="none"/>'
+        )
+    legend = []
+    for index, (release, cdf) in enumerate(drawn):
+        colour = _PALETTE[index % len(_PALETTE)]
+        line = _svg_points(_step_vertices(cdf, 0.0, lower, upper), lower, upper)
+        shapes.append(
+            f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2" '
+            'vector-effect="non-scaling-stroke"/>'
+        )
+        if not single:
+            legend.append(
+                f'<span class="item"><span class="sw" style="background:{colour}"></span>'
+                f"{_e(_row_label(release))}</span>"
+            )
+    label = "step plot of the released CDF" + (
+        f" with its ±{_bound(float(distance))} band" if single and _is_number(distance) else ""
+    )
+    tick_html = _axis_ticks(lower, upper)
+    y_labels = "".join(
+        f'<span style="top:{100.0 * (1.0 - share):.1f}%">{text}</span>'
+        for share, text in ((1.0, "1"), (0.5, "0.5"), (0.0, "0"))
+    )
+    plot = (
+        f'<div class="cdfwrap"><div class="cdfy">{y_labels}</div>'
+        f'<svg class="cdfplot" viewBox="0 0 1000 400" preserveAspectRatio="none" role="img" '
+        f'aria-label="{_e(label)}">{"".join(shapes)}</svg>'
+        f'<span></span><div class="axis">{tick_html}</div></div>'
+    )
+    more = ""
+    if len(parts) > len(drawn):
+        more = (
+            f'<p class="meta">the first {len(drawn)} of {len(parts)} releases are drawn; '
+            "the table lists every one</p>"
+        )
+    requested = sorted({alpha for cdf in parts for alpha, _ in cdf["quantiles"]})
+    alphas = requested or list(_CDF_DEFAULT_QUANTILES)
+    head = "".join(f'<th class="n">{_e(format_number(a))}</th>' for a in alphas)
+    rows = []
+    for release, cdf in zip(releases, parts, strict=True):
+        given = dict(cdf["quantiles"])
+        cells = "".join(
+            f'<td class="n">{_e(format_number(given.get(a, _read_quantile(cdf, a))))}</td>'
+            for a in alphas
+        )
+        size = f"{int(cdf['n_hat']):,}" if _is_number(cdf["n_hat"]) else "–"
+        k = f"{int(cdf['k']):,}" if _is_number(cdf["k"]) else "–"
+        name = _row_label(release) if ("key" in release or release.get("window")) else "released"
+        bound = release.get("accuracy", {}).get("ks_distance")
+        shown = _bound(float(bound)) if _is_number(bound) else "–"
+        rows.append(
+            f'<tr><th>{_e(name)}</th>{cells}<td class="n">{_e(shown)}</td>'
+            f'<td class="n">{_e(k)}</td><td class="n">{_e(size)}</td></tr>'
+        )
+    caption = "requested quantiles" if requested else "quantiles"
+    released = [cdf["count_released"] for cdf in parts]
+    size_head = "n̂ (released)" if all(released) else "n" if not any(released) else "n or n̂"
+    table = (
+        f'<p class="meta">{caption}, read from the released CDF (no extra ε):</p>'
+        f'<table class="qt"><tr><th></th>{head}<th class="n">KS ≤</th><th class="n">k</th>'
+        f'<th class="n">{size_head}</th></tr>'
+        f"{''.join(rows)}</table>"
+    )
+    legend_html = f'<p class="legend">{"".join(legend)}</p>' if legend else ""
+    return f"{plot}{legend_html}{more}{table}"
+
+
+def _cdf_accuracy_block(releases: Sequence[Mapping[str, Any]]) -> str:
+    """Several CDFs: one sentence; each release's KS bound is in the table's "KS ≤" column."""
+    confidence = releases[0].get("accuracy", {}).get("confidence")
+    known = _is_number(confidence)
+    heading = (
+        f"Accuracy at {format_number(float(confidence) * 100)}% confidence"
+        if known
+        else ("Accuracy")
+    )
+    probability = f"With probability {float(confidence):g}" if known else "With its confidence"
+    text = (
+        f"{probability}, each released CDF is within its bound (column KS ≤) of the data's "
+        "CDF at every point (the KS distance to the empirical CDF of the values kept after "
+        "bounding, snapped up to the public grid); a quantile read from it has a data CDF "
+        "value within the same bound of its alpha."
+    )
+    return f'<p class="meta">{_e(heading)}:</p><ul class="acc"><li>{_e(text)}</li></ul>'

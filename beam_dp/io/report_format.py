@@ -1,0 +1,237 @@
+"""How ``report.html`` prints: its style sheet, numbers, escaped text and axis ticks.
+
+The helpers every panel of :mod:`beam_dp.io.report` shares: the CSS (plain CSS, no script, no
+image), the palette, number and label formatting, HTML escaping and the tick and range rules of
+a horizontal axis.
+
+Numbers are printed at the grid's resolution: with a public grid step
+(``accuracy["cell_width"]``) a value on a 0.1 grid prints ``70.3``; otherwise the shortest of
+``repr`` and 15 significant digits (never ``70.30000000000001``).
+
+**Privacy**: pure formatting of the values it is given (released values and public parameters
+of a release document); axis ranges come from those values only.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["format_number", "grid_decimals"]
+
+_PALETTE = ("#3b6ea8", "#d9822b", "#3f9a6b", "#b5485d", "#7a5aa6", "#8c6d31", "#2a8a9a", "#a0527f")
+
+
+_STYLE = """
+*{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{margin:0;background:#f5f6f8;color:#1f2328;line-height:1.45;overflow-wrap:anywhere;
+ font-family:"Noto Sans","Noto Sans CJK JP","Noto Sans CJK SC","Noto Sans Arabic",
+ "Noto Sans Devanagari","DejaVu Sans",system-ui,sans-serif,"Noto Color Emoji"}
+main{max-width:1180px;margin:0 auto;padding:16px}
+h1{font-size:1.5rem;margin:.2em 0 .3em}
+h2{font-size:1.1rem;margin:0 0 .2em}
+.lede{margin:0 0 1em;color:#444}
+.warn{background:#fff3cd;border:1px solid #e0c46c;padding:8px 12px;border-radius:6px}
+.panels{display:grid;gap:16px;
+ grid-template-columns:repeat(auto-fill,minmax(min(100%,460px),1fr))}
+.panel{background:#fff;border:1px solid #d8dbe0;border-radius:8px;padding:14px 16px;min-width:0}
+.wide{grid-column:1/-1}
+.meta{color:#555;font-size:.88rem;margin:0 0 .6em}
+.big{font-size:1.9rem;font-weight:600;margin:.1em 0 .2em}
+.acc{font-size:.9rem;margin:.5em 0 0;padding-left:1.1em}
+.acc li{margin:.1em 0}
+ol.rank{margin:.2em 0;padding-left:1.6em}
+ol.rank li{font-weight:600}
+table{border-collapse:collapse;width:100%;font-size:.92rem}
+th,td{text-align:left;padding:3px 8px 3px 0;border-bottom:1px solid #eceef1;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+.plot{display:grid;grid-template-columns:fit-content(30%) minmax(0,1fr) fit-content(38%);
+ column-gap:10px;row-gap:2px;align-items:center;margin:.4em 0}
+.plot .k{font-weight:600}
+.plot .v{font-variant-numeric:tabular-nums;font-size:.92rem}
+.track{position:relative;height:26px;margin:0 10px;border-left:1px solid #e3e5e8;
+ border-right:1px solid #e3e5e8;background:linear-gradient(#e3e5e8,#e3e5e8) 0 50%/100% 1px
+ no-repeat}
+.dot{position:absolute;top:50%;width:11px;height:11px;border-radius:50%;
+ transform:translate(-50%,-50%);background:#d9822b;border:1px solid #fff}
+.band{position:absolute;top:25%;height:50%;background:rgba(217,130,43,.28);
+ border:1px solid rgba(217,130,43,.7);border-radius:3px;min-width:2px}
+.axis{position:relative;height:1.5em;margin:0 10px;font-size:.78rem;color:#555;
+ border-top:1px solid #888}
+.tick{position:absolute;top:0;white-space:nowrap;padding-top:2px}
+.tick::before{content:"";position:absolute;top:-1px;left:var(--at);height:5px;
+ border-left:1px solid #888}
+.mid{transform:translateX(-50%);--at:50%}
+.lo{--at:0}
+.hi{transform:translateX(-100%);--at:100%}
+.bar{display:flex;height:22px;border-radius:4px;overflow:hidden;margin:.5em 0;
+ border:1px solid #c9ccd1}
+.bar span{display:block;height:100%;min-width:1px}
+.sw{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.4em;
+ vertical-align:-.05em}
+dl.kv{display:grid;grid-template-columns:fit-content(40%) minmax(0,1fr);gap:2px 12px;
+ margin:.4em 0;font-size:.92rem}
+dl.kv dt{color:#555}
+dl.kv dd{margin:0}
+footer{color:#666;font-size:.82rem;margin-top:1.2em}
+.cdfwrap{display:grid;grid-template-columns:2.6em minmax(0,1fr);margin:.4em 0}
+.cdfy{position:relative;font-size:.78rem;color:#555}
+.cdfy span{position:absolute;right:6px;transform:translateY(-50%)}
+svg.cdfplot{display:block;width:100%;height:190px;background:#fbfbfc;
+ border-left:1px solid #888;border-bottom:1px solid #888}
+.cdfwrap .axis{margin:0;border-top:0}
+.legend{font-size:.85rem;margin:.2em 0 .4em}
+.legend span.item{display:inline-block;margin-right:1em}
+table.qt{font-size:.85rem}
+table.qt td{overflow-wrap:normal;white-space:nowrap;padding-right:6px}
+table.qt th.n{overflow-wrap:normal;padding-right:6px}
+"""
+
+
+# -------------------------------------------------------------------- numbers
+
+
+def grid_decimals(step: float) -> int | None:
+    """Decimals that print every point of a grid with spacing ``step`` (0.1 → 1, 5 → 0).
+
+    ``step`` is a public grid spacing as floating point arithmetic left it (``0.0999999999``
+    for 0.1): it is read at 12 significant digits. ``None`` for a step that is not a positive
+    finite number.
+    """
+    if not isinstance(step, (int, float)) or isinstance(step, bool):
+        return None
+    if not math.isfinite(step) or step <= 0:
+        return None
+    exponent = Decimal(f"{step:.12g}").normalize().as_tuple().exponent
+    if not isinstance(exponent, int):  # pragma: no cover - finite numbers have int exponents
+        return None
+    return min(max(-exponent, 0), 12)
+
+
+def format_number(value: float, step: float | None = None) -> str:
+    """``value`` at the resolution of a grid of spacing ``step`` (public), or shortest.
+
+    With a ``step``, ``70.30000000000001`` on a 0.1 grid prints ``70.3`` (a value that is not
+    on a decimal grid of that resolution, e.g. a grid offset by 0.05, keeps its own digits).
+    Without one, the shorter of ``repr`` and 15 significant digits: floating point noise in
+    the 16th and 17th digits is not printed, every printed digit is exact.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    decimals = None if step is None else grid_decimals(step)
+    if decimals is not None and step is not None:
+        text = f"{value:.{decimals}f}"
+        if abs(float(text) - value) <= abs(step) * 1e-6:
+            return _drop_negative_zero(text)
+    text = min((repr(value), f"{value:.15g}"), key=len)
+    return _drop_negative_zero(text)
+
+
+def _drop_negative_zero(text: str) -> str:
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def _bound(value: float) -> str:
+    """An upper bound at 3 significant digits, rounded up (a bound is never understated)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    decimals = 2 - math.floor(math.log10(abs(value)))
+    scale = 10.0**decimals
+    rounded = math.ceil(value * scale - 1e-9) / scale
+    return format_number(rounded)
+
+
+def _param(value: Any) -> str:
+    """A public parameter (ε, δ, ρ): up to 6 significant digits."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{float(value):.6g}"
+    return "–" if value is None else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if _is_number(value):
+        return format_number(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _row_label(release: Mapping[str, Any]) -> str:
+    parts = []
+    if "key" in release:
+        parts.append(_label(release["key"]))
+    if release.get("window"):
+        parts.append(str(release["window"]))
+    return " · ".join(parts) or str(release["name"])
+
+
+# ----------------------------------------------------------------------- axes
+
+
+def _nice_ticks(lower: float, upper: float, count: int = 5) -> tuple[list[float], int]:
+    """Round tick positions in [lower, upper] and the decimals that print them."""
+    span = upper - lower
+    raw = span / count
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    for multiple in (1.0, 2.0, 2.5, 5.0, 10.0):
+        step = multiple * magnitude
+        if span / step <= count:
+            break
+    decimals = max(0, -math.floor(math.log10(step)) + (1 if multiple == 2.5 else 0))
+    first = math.ceil(lower / step - 1e-9)
+    ticks = []
+    index = first
+    while index * step <= upper + step * 1e-9:
+        ticks.append(index * step)
+        index += 1
+    return ticks, decimals
+
+
+def _axis_range(points: Sequence[float], step: float | None) -> tuple[float, float]:
+    lower, upper = min(points), max(points)
+    span = upper - lower
+    pad = span * 0.08 if span > 0 else max(step or 0.0, abs(lower) * 0.05, 1e-9)
+    if span == 0 and lower == 0 and step is None:
+        pad = 1.0
+    return lower - pad, upper + pad
+
+
+def _at(value: float, lower: float, upper: float) -> str:
+    return f"{100.0 * (value - lower) / (upper - lower):.3f}%"
+
+
+def _axis_ticks(lower: float, upper: float) -> str:
+    """The tick labels of a horizontal axis over [lower, upper] (HTML spans, edges kept inside)."""
+    ticks, decimals = _nice_ticks(lower, upper)
+    tick_html = []
+    for tick in ticks:
+        position = (tick - lower) / (upper - lower)
+        side = "lo" if position < 0.06 else "hi" if position > 0.94 else "mid"
+        tick_html.append(
+            f'<span class="tick {side}" style="left:{_at(tick, lower, upper)}">'
+            f"{_e(format_number(round(tick, decimals), 10.0**-decimals))}</span>"
+        )
+    return "".join(tick_html)
