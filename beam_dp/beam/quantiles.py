@@ -21,6 +21,11 @@ Inside, every ``expand`` is a few lines over a ``CombineFn``:
 3. ``extract_output`` runs the exact sampler on ``QuantileScore``'s integer scores once per
    window (and key) and returns a :class:`~beam_dp.release.Release`.
 
+This module holds the constructors; the plan, budget split and auto-bound spec they compute
+from the public options are :mod:`beam_dp.beam.quantile_spec`, and the graphs that need more
+than one combine (``max_contributions="auto"``, ``refine=True``) are
+:mod:`beam_dp.beam.quantile_graph`.
+
 Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 
 * **Values**: NaN and null values are dropped (records with a null privacy unit too, with
@@ -92,50 +97,33 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 
 from __future__ import annotations
 
-import math
-import secrets
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar, Unpack
 
-import apache_beam as beam
-from apache_beam.pvalue import AsDict, AsSingleton, PCollection
+from apache_beam.pvalue import PCollection
 
-from beam_dp._validation import check_positive_int, check_probability_open
-from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
-from beam_dp.accounting.zcdp import epsilon_per_round_for_rho
-from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_histogram
-from beam_dp.beam.plan import Built, PrivateTransform, keyed_input, label_releases
+from beam_dp.beam.plan import Built, PrivateTransform
 from beam_dp.beam.quantile_combiners import (
-    AutoBoundSpec,
-    AutoQuantileCombineFn,
-    BinFineFn,
-    FineCombineFn,
     MeanCombineFn,
     MeanSpec,
     QuantileCombineFn,
     QuantileSpec,
     grid_error,
-    release_at_choice,
 )
+from beam_dp.beam.quantile_graph import expand_auto_bound, expand_coarse_to_fine
 from beam_dp.beam.quantile_options import (
     MeanOptions,
     MeanPerKeyOptions,
     QuantileOptions,
     QuantilePerKeyOptions,
-    ValueParams,
     take_value_options,
 )
-from beam_dp.summaries.contribution_bounds import BoundChoice, split_epsilon
-from beam_dp.summaries.histogram import MAX_GRID_POINTS
+from beam_dp.beam.quantile_spec import build_quantiles
 from beam_dp.summaries.quantiles import (
-    DEFAULT_REFINE_FRACTION,
-    DEFAULT_SPLIT,
     QuantilePlan,
     parse_quantiles,
-    plan_cells,
     plan_mean,
-    plan_quantiles,
 )
 
 __all__ = [
@@ -172,195 +160,6 @@ QuantilesLike = Sequence[float | Fraction]
 # -------------------------------------------------------------------------- quantiles
 
 
-def _quantiles(
-    values: ValueParams,
-    quantiles: object,
-    *,
-    statistic: str,
-    scalar: bool,
-    split: str = DEFAULT_SPLIT,
-    refine: bool = False,
-    refine_fraction: float = DEFAULT_REFINE_FRACTION,
-    refine_points: int | None = None,
-) -> tuple[Built, QuantileSpec]:
-    common, the_grid = values.common, values.grid
-    parsed = parse_quantiles(quantiles)
-    if not isinstance(refine, bool):
-        raise TypeError(f"'refine' must be a bool; received {refine!r}")
-    distinct = len(set(parsed))
-    fine_points = 0
-    if refine:
-        check_probability_open(refine_fraction, "refine_fraction")
-        fine_points = the_grid.num_points if refine_points is None else refine_points
-        check_positive_int(fine_points, "refine_points")
-        if fine_points < 2 or distinct * fine_points > MAX_GRID_POINTS:
-            raise ValueError(
-                f"'refine_points' must be >= 2 and at most {MAX_GRID_POINTS:,} divided by "
-                f"the number of quantiles ({distinct}); received {fine_points!r}"
-            )
-    elif refine_points is not None:
-        raise ValueError("'refine_points' applies only with refine=True")
-    # The rounds depend on the quantiles and the split only: plan once to learn them.
-    rounds = plan_quantiles(
-        parsed, epsilon=1.0, num_candidates=the_grid.num_points, split=split
-    ).rounds
-    budget = common.budget(statistic, rounds=rounds)
-    share = values.keys.split(budget, values.record_level, values.windows)
-    per_key_epsilon = Fraction(share.epsilon)
-    options: dict[str, Any] = {
-        "relation": common.relation,
-        "max_contributions": values.max_contributions,
-        "method": common.method,
-        "split": split,
-        "confidence": common.confidence,
-    }
-    cell_plan = None
-    auto: AutoBoundSpec | None = None
-    if refine and values.auto is not None:
-        raise ValueError(
-            "max_contributions='auto' does not combine with refine=True yet; give an integer "
-            "max_contributions or leave refine off"
-        )
-    if refine:
-        beta = (1.0 - common.confidence) / 2
-        coarse_epsilon = per_key_epsilon * Fraction(refine_fraction)
-        cell_plan = plan_cells(
-            parsed,
-            epsilon=coarse_epsilon,
-            num_cells=the_grid.num_points - 1,
-            relation=common.relation,
-            max_contributions=values.max_contributions,
-            method=common.method,
-            failure_probability=beta,
-        )
-        plan = plan_quantiles(
-            parsed,
-            epsilon=per_key_epsilon - coarse_epsilon,
-            num_candidates=distinct * fine_points,
-            failure_probability=beta,
-            **options,
-        )
-    elif values.auto is not None:
-        auto = _auto_spec(values, share.rho, per_key_epsilon, parsed, options)
-        plan = auto.plans[auto.cap]
-    else:
-        plan = plan_quantiles(
-            parsed, epsilon=per_key_epsilon, num_candidates=the_grid.num_points, **options
-        )
-    spec = QuantileSpec(
-        name=budget.name,
-        statistic=statistic,
-        grid=the_grid,
-        plan=plan,
-        cell_plan=cell_plan,
-        refine_points=fine_points,
-        scalar=scalar,
-        relation=common.relation,
-        epsilon=float(per_key_epsilon),
-        rho=share.rho,
-        bounds=values.ledger_bounds(),
-        confidence=common.confidence,
-        rng=common.rng,
-        auto=auto,
-    )
-    rank_error = plan.rank_error + (0.0 if cell_plan is None else max(cell_plan.loss_bounds))
-    display = {
-        **values.display(budget.name, statistic, budget.epsilon),
-        "max_contributions": "auto" if auto is not None else values.max_contributions,
-        "quantiles": str([float(q) for q in parsed]),
-        "split": plan.split,
-        "rounds": plan.rounds,
-        "refine": refine,
-        "privacy_unit": "record" if values.record_level else "unit_column",
-        "contribution_bounds": str(values.ledger_bounds()),
-        "rank_error_bound": rank_error,
-    }
-    if values.keys.keys is not None:
-        display["epsilon_per_key"] = float(per_key_epsilon)
-    built = Built(
-        values.plan(QuantileCombineFn(spec)),
-        release_name=budget.name,
-        keys_per_unit=values.keys_per_unit,
-        display=display,
-        mechanism=common.method,
-        rounds=rounds,
-    )
-    return built, spec
-
-
-def _auto_spec(
-    values: ValueParams,
-    rho: float | None,
-    key_epsilon: Fraction,
-    parsed: Sequence[Fraction],
-    options: dict[str, Any],
-) -> AutoBoundSpec:
-    """The public half of ``max_contributions="auto"``: the split and a plan per candidate."""
-    auto = values.auto
-    assert auto is not None
-    counts_per_unit = values.keys_per_unit
-    bound_epsilon, statistic_epsilon = split_epsilon(key_epsilon, auto.share)
-    bound_rho = statistic_rho = None
-    choice_epsilon = bound_epsilon * counts_per_unit
-    if rho is not None:
-        # zCDP: the statistic runs at (1 - share) of the release's epsilon and costs
-        # rate * eps_s^2 / rounds (<= (1 - share)^2 rho); the choice gets the rest of the rho
-        # of each of the m keys a unit reaches: rate * eps_b^2 <= m (rho - that cost).
-        rate = ZCDP_RATE[privacy_kind(values.common.method)]
-        rounds = plan_quantiles(
-            parsed, epsilon=1.0, num_candidates=values.grid.num_points, split=options["split"]
-        ).rounds
-        statistic_rho = rate * statistic_epsilon**2 / rounds
-        bound_rho = Fraction(rho) - statistic_rho
-        if bound_rho <= 0:  # pragma: no cover - rho >= rate * eps^2 / rounds by construction
-            raise ValueError("the zCDP share leaves nothing for the bound choice")
-        choice_epsilon = Fraction(
-            epsilon_per_round_for_rho(float(bound_rho * counts_per_unit), rate, 1)
-        )
-        while rate * choice_epsilon**2 > bound_rho * counts_per_unit:  # float rounding
-            choice_epsilon = Fraction(math.nextafter(float(choice_epsilon), 0.0))
-        bound_epsilon = choice_epsilon / counts_per_unit
-    plans = {
-        bound: plan_quantiles(
-            parsed,
-            epsilon=statistic_epsilon,
-            num_candidates=values.grid.num_points,
-            **{**options, "max_contributions": bound},
-        )
-        for bound in auto.candidates
-    }
-    return AutoBoundSpec(
-        candidates=auto.candidates,
-        cap=auto.candidates[-1],
-        rule=auto.rule,
-        alpha=auto.alpha,
-        # Each of the unit's keys spends its share on the one choice.
-        choice_epsilon=choice_epsilon,
-        key_epsilon=key_epsilon,
-        bound_epsilon=bound_epsilon,
-        statistic_epsilon=statistic_epsilon,
-        counts_per_unit=counts_per_unit,
-        method=values.common.method,
-        relation=values.common.relation,
-        plans=plans,
-        bound_rho=bound_rho,
-        statistic_rho=statistic_rho,
-    )
-
-
-def _choose(counts: Any, auto: AutoBoundSpec, rng: Any) -> BoundChoice:
-    return auto.choose(counts, rng)
-
-
-def _rebound(element: tuple[Any, Any], choice: BoundChoice, salt: int) -> tuple[Any, Any]:
-    key, batch = element
-    return key, rebound_rows(batch, choice.bound, salt)
-
-
-def _histogram_of(element: tuple[Any, Any], cap: int) -> Any:
-    return rows_per_unit_histogram(element[1], cap)
-
-
 class _QuantileTransform(PrivateTransform):
     """Private quantiles from a grid histogram (see the module docstring).
 
@@ -392,7 +191,7 @@ class _QuantileTransform(PrivateTransform):
     def __init__(self, quantiles: object, **options: Any) -> None:
         super().__init__()
         values, specific = take_value_options(self, options, DEFAULT_NUM_POINTS)
-        built, self._spec = _quantiles(
+        built, self._spec = build_quantiles(
             values, quantiles, statistic=self._STATISTIC, scalar=self._SCALAR, **specific
         )
         self._finish(built)
@@ -406,46 +205,10 @@ class _QuantileTransform(PrivateTransform):
     def expand(self, pcoll: PCollection) -> PCollection:
         auto = self._spec.auto
         if auto is not None:
-            return self._expand_auto(pcoll, auto)
+            return expand_auto_bound(pcoll, self._plan, self._spec, auto)
         if self._spec.cell_plan is None:
             return super().expand(pcoll)
-        # Coarse to fine: two combines over the same keyed input, on the one path.
-        keyed = keyed_input(pcoll, self._plan)
-        coarse = keyed | "CoarsePass" >> beam.CombinePerKey(
-            QuantileCombineFn(self._spec, coarse=True)
-        )
-        releases = (
-            keyed
-            | "BinFine" >> beam.ParDo(BinFineFn(self._spec), AsDict(coarse))
-            | "FinePass" >> beam.CombinePerKey(FineCombineFn(self._spec))
-        )
-        return label_releases(releases, self._plan)
-
-    def _expand_auto(self, pcoll: PCollection, auto: AutoBoundSpec) -> PCollection:
-        """Bound at the cap, choose the bound privately per window, re-bound, release.
-
-        The rows kept at the cap (a uniform sample per unit, and ``max_keys_per_unit`` keys)
-        give the histogram of rows per unit (per (unit, key) for ``.PerKey``: a unit holds
-        ``m`` of its counts, and the choice's sensitivity is multiplied by ``m``); one exact
-        selection chooses ``b`` (a singleton side input per window); every unit's rows are
-        then re-sampled to ``b`` per key and the quantiles run at ``b``.
-        """
-        keyed = keyed_input(pcoll, self._plan)  # every window that releases has a marker
-        choice = (
-            keyed
-            | "RowsPerUnit" >> beam.Map(_histogram_of, auto.cap)
-            | "MergeRowsPerUnit"
-            >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
-            | "ChooseBound" >> beam.Map(_choose, auto, self._spec.rng)
-        )
-        salt = self._plan.salt if self._plan.salt is not None else secrets.randbits(64)
-        releases = (
-            keyed
-            | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
-            | "Histograms" >> beam.CombinePerKey(AutoQuantileCombineFn(self._spec))
-            | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), self._spec)
-        )
-        return label_releases(releases, self._plan)
+        return expand_coarse_to_fine(pcoll, self._plan, self._spec)
 
 
 class PrivateQuantiles:

@@ -1,0 +1,95 @@
+"""The Beam graph of the quantile transforms beyond the one-pass path: auto bound, coarse to fine.
+
+:func:`~beam_dp.beam.plan.expand_plan` builds a one-pass quantile release. Two options need
+more than one combine over the same keyed input (:func:`~beam_dp.beam.plan.keyed_input`, so the
+window markers, and with them the rule on which windows release, are those of the one path):
+
+* ``refine=True``: a coarse pass selects cells on a coarse grid, a side input tells each batch
+  which fine candidates to bin, and a fine pass selects among them;
+* ``max_contributions="auto"``: rows bounded at the cap give the histogram of rows per unit,
+  merged globally per window; one exact selection chooses the bound ``b`` (a singleton side
+  input per window); every unit's rows are re-sampled uniformly to ``b`` and the quantiles run
+  at ``b``.
+
+**Privacy**: each pass is a mechanism of its own spec (:mod:`beam_dp.beam.quantile_spec` says
+how the release's epsilon is split between them). Only the chosen bound (a DP output) and the
+coarse cells (DP outputs) travel as side inputs; the exact histogram of rows per unit is read
+only by the bound's selection, and the re-sampling keeps rows uniformly per unit (salted per
+run).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.pvalue import AsDict, AsSingleton, PCollection
+
+from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_histogram
+from beam_dp.beam.plan import Plan, keyed_input, label_releases
+from beam_dp.beam.quantile_combiners import (
+    AutoBoundSpec,
+    AutoQuantileCombineFn,
+    BinFineFn,
+    FineCombineFn,
+    QuantileCombineFn,
+    QuantileSpec,
+    release_at_choice,
+)
+from beam_dp.summaries.contribution_bounds import BoundChoice
+
+__all__ = ["expand_auto_bound", "expand_coarse_to_fine"]
+
+
+def _choose(counts: Any, auto: AutoBoundSpec, rng: Any) -> BoundChoice:
+    return auto.choose(counts, rng)
+
+
+def _rebound(element: tuple[Any, Any], choice: BoundChoice, salt: int) -> tuple[Any, Any]:
+    key, batch = element
+    return key, rebound_rows(batch, choice.bound, salt)
+
+
+def _histogram_of(element: tuple[Any, Any], cap: int) -> Any:
+    return rows_per_unit_histogram(element[1], cap)
+
+
+def expand_coarse_to_fine(pcoll: PCollection, plan: Plan, spec: QuantileSpec) -> PCollection:
+    """Coarse to fine: two combines over the same keyed input, on the one path."""
+    keyed = keyed_input(pcoll, plan)
+    coarse = keyed | "CoarsePass" >> beam.CombinePerKey(QuantileCombineFn(spec, coarse=True))
+    releases = (
+        keyed
+        | "BinFine" >> beam.ParDo(BinFineFn(spec), AsDict(coarse))
+        | "FinePass" >> beam.CombinePerKey(FineCombineFn(spec))
+    )
+    return label_releases(releases, plan)
+
+
+def expand_auto_bound(
+    pcoll: PCollection, plan: Plan, spec: QuantileSpec, auto: AutoBoundSpec
+) -> PCollection:
+    """Bound at the cap, choose the bound privately per window, re-bound, release.
+
+    The rows kept at the cap (a uniform sample per unit, and ``max_keys_per_unit`` keys)
+    give the histogram of rows per unit (per (unit, key) for ``.PerKey``: a unit holds
+    ``m`` of its counts, and the choice's sensitivity is multiplied by ``m``); one exact
+    selection chooses ``b`` (a singleton side input per window); every unit's rows are
+    then re-sampled to ``b`` per key and the quantiles run at ``b``.
+    """
+    keyed = keyed_input(pcoll, plan)  # every window that releases has a marker
+    choice = (
+        keyed
+        | "RowsPerUnit" >> beam.Map(_histogram_of, auto.cap)
+        | "MergeRowsPerUnit" >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
+        | "ChooseBound" >> beam.Map(_choose, auto, spec.rng)
+    )
+    salt = plan.salt if plan.salt is not None else secrets.randbits(64)
+    releases = (
+        keyed
+        | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
+        | "Histograms" >> beam.CombinePerKey(AutoQuantileCombineFn(spec))
+        | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
+    )
+    return label_releases(releases, plan)
