@@ -65,17 +65,16 @@ from __future__ import annotations
 import bisect
 import difflib
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar, Unpack
 
-import apache_beam as beam
-
 from beam_dp._validation import check_positive_int, check_probability_open, to_fraction
 from beam_dp.accounting import LedgerEntry
 from beam_dp.beam.options import PerKeyOptions, PrivateOptions, resolve_budget
-from beam_dp.beam.plan import Built, PrivateTransform, values_of
+from beam_dp.beam.plan import Built, PrivateTransform
+from beam_dp.beam.quantile_combiners import GridHistogramFn
 from beam_dp.beam.quantile_options import _ValueOptions, take_value_options
 from beam_dp.mechanisms import RandomSource
 from beam_dp.mechanisms.cdf import (
@@ -327,36 +326,13 @@ class CDFSpec:
         return Release(value=value, ledger=entry, rng_secure=ks.secure, statement=statement)
 
 
-class CDFCombineFn(beam.CombineFn):
-    """Grid histogram of the values; ``extract_output`` releases the private CDF.
-
-    The accumulator is a :class:`~beam_dp.summaries.histogram.GridHistogram` over the public
-    grid's slots (as for the quantiles): batches are binned with numpy, ``merge_accumulators``
-    adds into the first accumulator, ``compact`` shrinks it before a shuffle.
-    """
+class CDFCombineFn(GridHistogramFn):
+    """Grid histogram of the values (as for the quantiles); ``extract_output`` releases the
+    private CDF."""
 
     def __init__(self, spec: CDFSpec) -> None:
-        super().__init__()
+        super().__init__(spec.grid)
         self._spec = spec
-
-    def create_accumulator(self) -> GridHistogram:
-        return GridHistogram(self._spec.grid.num_slots)
-
-    def add_input(self, accumulator: GridHistogram, element: Any) -> GridHistogram:
-        values = values_of(element)
-        if values.size:
-            accumulator.add_slots(self._spec.grid.slots(values))
-        return accumulator
-
-    def merge_accumulators(self, accumulators: Iterable[GridHistogram]) -> GridHistogram:
-        iterator = iter(accumulators)
-        first = next(iterator)
-        for other in iterator:
-            first.merge(other)
-        return first
-
-    def compact(self, accumulator: GridHistogram) -> GridHistogram:
-        return accumulator.compact()
 
     def extract_output(self, accumulator: GridHistogram) -> Release:
         return self._spec.release(self._spec.draw(accumulator))

@@ -189,27 +189,27 @@ class AutoBoundSpec:
         )
 
 
-class QuantileCombineFn(beam.CombineFn):
-    """Grid histogram of the values; ``extract_output`` releases the private quantiles.
+class GridHistogramFn(beam.CombineFn):
+    """The values' histogram over a public grid's slots: the one accumulation rule.
 
     The accumulator is a :class:`~beam_dp.summaries.histogram.GridHistogram` (an int64 array
-    over the grid's slots, sparse while few are used). With ``coarse=True`` (the first pass
-    of the coarse-to-fine option) the output is the chosen coarse cells, a
-    :class:`~beam_dp.summaries.quantiles.CellSelection`, instead of a release.
+    over the grid's slots, sparse while few are used): batches are binned with numpy,
+    ``merge_accumulators`` adds into the first accumulator, ``compact`` shrinks it before a
+    shuffle. Subclasses (quantiles, CDF) say what ``extract_output`` releases. Nothing about
+    the data leaves this class except through that release.
     """
 
-    def __init__(self, spec: QuantileSpec, *, coarse: bool = False) -> None:
+    def __init__(self, grid: Grid) -> None:
         super().__init__()
-        self._spec = spec
-        self._coarse = coarse
+        self._grid = grid
 
     def create_accumulator(self) -> GridHistogram:
-        return GridHistogram(self._spec.grid.num_slots)
+        return GridHistogram(self._grid.num_slots)
 
     def add_input(self, accumulator: GridHistogram, element: Any) -> GridHistogram:
         values = values_of(element)
         if values.size:
-            accumulator.add_slots(self._spec.grid.slots(values))
+            accumulator.add_slots(self._grid.slots(values))
         return accumulator
 
     def merge_accumulators(self, accumulators: Iterable[GridHistogram]) -> GridHistogram:
@@ -217,6 +217,20 @@ class QuantileCombineFn(beam.CombineFn):
 
     def compact(self, accumulator: GridHistogram) -> GridHistogram:
         return accumulator.compact()
+
+
+class QuantileCombineFn(GridHistogramFn):
+    """Grid histogram of the values; ``extract_output`` releases the private quantiles.
+
+    With ``coarse=True`` (the first pass of the coarse-to-fine option) the output is the
+    chosen coarse cells, a :class:`~beam_dp.summaries.quantiles.CellSelection`, instead of a
+    release.
+    """
+
+    def __init__(self, spec: QuantileSpec, *, coarse: bool = False) -> None:
+        super().__init__(spec.grid)
+        self._spec = spec
+        self._coarse = coarse
 
     def extract_output(self, accumulator: GridHistogram) -> Release | CellSelection:
         spec = self._spec
