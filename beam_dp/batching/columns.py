@@ -36,7 +36,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Required, TypedDict, TypeVar, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -420,18 +420,54 @@ def _null_rows(column: pa.Array) -> npt.NDArray[np.bool_]:
     return rows
 
 
+class EncodeOptions(TypedDict, total=False):
+    """The public parameters of an encoding, declared once (:func:`encode_batch`, and the
+    Beam transform that applies it to every batch). Defaults: ``None`` for the optional
+    fields, ``on_bad_record="fail"``, ``source="input"``."""
+
+    unit_column: Required[str | None]
+    candidate_column: str | None
+    candidates: PublicIndex | None
+    value_column: str | None
+    key_column: str | None
+    keys: PublicIndex | None
+    on_bad_record: OnBadRecord
+    source: str
+
+
+_ENCODE_DEFAULTS: dict[str, Any] = {
+    "candidate_column": None,
+    "candidates": None,
+    "value_column": None,
+    "key_column": None,
+    "keys": None,
+    "on_bad_record": "fail",
+    "source": "input",
+}
+
+
+def encode_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The validated parameters of an encoding with their defaults (the one place they are
+    checked; errors name the parameter and the rule, never the data)."""
+    unknown = sorted(set(options) - set(_ENCODE_DEFAULTS) - {"unit_column"})
+    if unknown:
+        raise TypeError(f"unknown encoding parameter(s) {unknown}")
+    if "unit_column" not in options:
+        raise TypeError("missing required keyword argument 'unit_column'")
+    full = {**_ENCODE_DEFAULTS, **options}
+    if full["on_bad_record"] not in ("fail", "skip"):
+        raise ValueError(
+            f"'on_bad_record' must be 'fail' or 'skip'; received {full['on_bad_record']!r}"
+        )
+    if (full["candidate_column"] is None) != (full["candidates"] is None):
+        raise ValueError("'candidate_column' and 'candidates' must be given together")
+    if (full["key_column"] is None) != (full["keys"] is None):
+        raise ValueError("'key_column' and 'keys' must be given together")
+    return full
+
+
 def encode_batch(
-    batch: Any,
-    *,
-    unit_column: str | None,
-    candidate_column: str | None = None,
-    candidates: PublicIndex | None = None,
-    value_column: str | None = None,
-    key_column: str | None = None,
-    keys: PublicIndex | None = None,
-    on_bad_record: OnBadRecord = "fail",
-    source: str = "input",
-    stats: EncodeStats | None = None,
+    batch: Any, *, stats: EncodeStats | None = None, **options: Unpack[EncodeOptions]
 ) -> ColumnBatch:
     """Turn reader output into an encoded column batch (see the module docstring).
 
@@ -451,27 +487,12 @@ def encode_batch(
             or a count, and never carry a library's exception.
         ValueError: for a bad parameter (never about the data).
     """
-    if on_bad_record not in ("fail", "skip"):
-        raise ValueError(f"'on_bad_record' must be 'fail' or 'skip'; received {on_bad_record!r}")
-    if (candidate_column is None) != (candidates is None):
-        raise ValueError("'candidate_column' and 'candidates' must be given together")
-    if (key_column is None) != (keys is None):
-        raise ValueError("'key_column' and 'keys' must be given together")
-    ids = () if unit_column is None else (unit_column,)
+    full = encode_options(options)
+    source: str = full["source"]
+    ids = () if full["unit_column"] is None else (full["unit_column"],)
     table = as_table(batch, source=source, id_columns=ids)
     return _guarded(
-        lambda: _encode_table(
-            table,
-            unit_column=unit_column,
-            candidate_column=candidate_column,
-            candidates=candidates,
-            value_column=value_column,
-            key_column=key_column,
-            keys=keys,
-            on_bad_record=on_bad_record,
-            source=source,
-            stats=stats,
-        ),
+        lambda: _encode_table(table, stats=stats, **full),
         source,
         "the batch could not be encoded",
     )

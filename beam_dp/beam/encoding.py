@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import apache_beam as beam
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection
 
-from beam_dp.batching import ColumnBatch, PublicIndex, encode_batch, num_rows
-from beam_dp.batching.columns import EncodeStats, OnBadRecord, with_source
+from beam_dp.batching import ColumnBatch, encode_batch, num_rows
+from beam_dp.batching.columns import EncodeOptions, EncodeStats, encode_options, with_source
 from beam_dp.telemetry import exact_counts_enabled
 
 __all__ = ["EncodeBatches", "is_heartbeat"]
@@ -87,33 +87,9 @@ class EncodeBatches(beam.PTransform):
     (they are not private); by default nothing data-dependent is reported.
     """
 
-    def __init__(
-        self,
-        *,
-        unit_column: str | None,
-        candidate_column: str | None = None,
-        candidates: PublicIndex | None = None,
-        value_column: str | None = None,
-        key_column: str | None = None,
-        keys: PublicIndex | None = None,
-        on_bad_record: OnBadRecord = "fail",
-        source: str = "input",
-    ):
+    def __init__(self, **options: Unpack[EncodeOptions]):
         super().__init__()
-        if on_bad_record not in ("fail", "skip"):
-            raise ValueError(
-                f"'on_bad_record' must be 'fail' or 'skip'; received {on_bad_record!r}"
-            )
-        self._options: dict[str, Any] = {
-            "unit_column": unit_column,
-            "candidate_column": candidate_column,
-            "candidates": candidates,
-            "value_column": value_column,
-            "key_column": key_column,
-            "keys": keys,
-            "on_bad_record": on_bad_record,
-            "source": source,
-        }
+        self._options: dict[str, Any] = encode_options(options)
 
     def expand(self, pcoll: PCollection) -> PCollection:
         return pcoll | beam.ParDo(_EncodeFn(self._options))
