@@ -18,4 +18,3 @@ def test_the_direct_runner_is_built_as_the_fn_api_runner(flags: list[str]) -> No
 def test_other_runners_are_left_to_beam() -> None:
     options = PipelineOptions(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"])
     assert _runner(options) is None
-
