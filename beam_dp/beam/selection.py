@@ -180,6 +180,14 @@ def _top_candidates(options: CommonOptions, keys: KeyOptions, args: TopCandidate
     key_selection = args.get("key_selection")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
+    if isinstance(max_candidates_per_unit, str) and max_candidates_per_unit == "auto":
+        # contribution_bounds, "Which bounds are worth choosing": the noise is the same at
+        # every bound here, so a chosen one would only drop candidates and spend budget.
+        raise ValueError(
+            "'max_candidates_per_unit' takes no 'auto' in TopCandidates: the distinct-unit "
+            "count has sensitivity 1 whatever a unit names, so a bound never lowers the "
+            "noise; leave it None (no bound) or give an integer"
+        )
     if max_candidates_per_unit is not None:
         DistinctUnitCount(1, max_candidates_per_unit)  # validates the bound
     if candidates is None:
