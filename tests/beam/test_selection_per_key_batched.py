@@ -19,7 +19,7 @@ from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_dp.batching import CANDIDATE, KEY, UNIT, VALUE, take
-from beam_dp.beam import plan as plan_module
+from beam_dp.beam import per_key_draw as plan_module
 from beam_dp.beam import selection_spec
 from beam_dp.beam.plan import BatchedSelectFn
 from beam_dp.beam.selection import BestPrice, Election, TopCandidates
