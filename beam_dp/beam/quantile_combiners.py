@@ -69,22 +69,61 @@ def _merge_into_first(accumulators: Iterable[_Mergeable]) -> _Mergeable:
 
 
 @dataclass(frozen=True)
-class QuantileSpec:
-    """Everything a quantile release needs after the merge (public; fixed at construction)."""
+class GridReleaseSpec:
+    """What every grid statistic records (quantiles, mean): public, fixed at construction.
+
+    Built from a transform's options by
+    :meth:`~beam_dp.beam.quantile_options.ValueParams.spec_fields`; :meth:`record` is the one
+    place a grid selection becomes a :class:`~beam_dp.release.Release`.
+    """
 
     name: str
-    statistic: str
-    grid: Grid
-    plan: QuantilePlan
-    cell_plan: CellPlan | None
-    refine_points: int
-    scalar: bool
     relation: str
     epsilon: float
     rho: float | None
     bounds: Mapping[str, int]
     confidence: float
     rng: RandomSource | None
+
+    def record(
+        self,
+        selection: QuantileSelection | MeanSelection,
+        *,
+        statistic: str,
+        value: Any,
+        mechanism: str,
+        **fields: Any,
+    ) -> Release:
+        """The release of ``selection``: this spec's ε (ρ), relation, bounds and confidence;
+        ``fields`` are the statistic's own (accuracy, statement, rounds)."""
+        return make_release(
+            name=self.name,
+            statistic=statistic,
+            value=value,
+            mechanism=mechanism,
+            epsilon=self.epsilon,
+            sensitivity=selection.sensitivity,
+            neighbouring=self.relation,
+            monotone=False,
+            num_candidates=selection.num_candidates,
+            contribution_bounds=self.bounds,
+            confidence=self.confidence,
+            rho=self.rho,
+            rng_secure=selection.secure,
+            **fields,
+        )
+
+
+@dataclass(frozen=True)
+class QuantileSpec(GridReleaseSpec):
+    """Everything a quantile release needs after the merge (public; fixed at construction)."""
+
+    statistic: str
+    grid: Grid
+    plan: QuantilePlan
+    cell_plan: CellPlan | None
+    refine_points: int
+    scalar: bool
     auto: AutoBoundSpec | None = None
     chosen: BoundChoice | None = None
 
@@ -114,18 +153,11 @@ class QuantileSpec:
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
         value: Any = selection.values[0] if self.scalar else list(selection.values)
-        return make_release(
-            name=self.name,
+        return self.record(
+            selection,
             statistic=self.statistic,
             value=value,
             mechanism=self.plan.method,
-            epsilon=self.epsilon,
-            sensitivity=selection.sensitivity,
-            neighbouring=self.relation,
-            monotone=False,
-            num_candidates=selection.num_candidates,
-            contribution_bounds=self.bounds,
-            confidence=self.confidence,
             rounds=selection.rounds,
             extra_accuracy=extra,
             statement=quantile_statement(
@@ -135,8 +167,6 @@ class QuantileSpec:
                 several_rounds=self.plan.split == "recursive",
                 two_pass=self.cell_plan is not None,
             ),
-            rho=self.rho,
-            rng_secure=selection.secure,
         )
 
 
@@ -361,31 +391,17 @@ def grid_error(grid: Grid) -> float:
 
 
 @dataclass(frozen=True)
-class MeanSpec:
+class MeanSpec(GridReleaseSpec):
     """Everything a mean release needs after the merge (public; fixed at construction)."""
 
-    name: str
     plan: MeanPlan
-    relation: str
-    epsilon: float
-    rho: float | None
-    bounds: Mapping[str, int]
-    confidence: float
-    rng: RandomSource | None
 
     def release(self, selection: MeanSelection) -> Release:
-        return make_release(
-            name=self.name,
+        return self.record(
+            selection,
             statistic="mean",
             value=selection.value,
             mechanism=self.plan.method,
-            epsilon=self.epsilon,
-            sensitivity=selection.sensitivity,
-            neighbouring=self.relation,
-            monotone=False,
-            num_candidates=selection.num_candidates,
-            contribution_bounds=self.bounds,
-            confidence=self.confidence,
             extra_accuracy={
                 "score_loss": selection.score_loss,
                 "cell_width": selection.cell_width,
@@ -399,8 +415,6 @@ class MeanSpec:
                 confidence=self.confidence,
                 n=self.plan.n,
             ),
-            rho=self.rho,
-            rng_secure=selection.secure,
         )
 
 

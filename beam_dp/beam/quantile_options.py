@@ -289,6 +289,20 @@ class ValueParams:
             "max_windows_per_unit": self.windows,
         }
 
+    def spec_fields(self, name: str, epsilon: Fraction, rho: float | None) -> dict[str, Any]:
+        """The fields every grid release records (a
+        :class:`~beam_dp.beam.quantile_combiners.GridReleaseSpec`): ``epsilon`` and ``rho``
+        are one key's (after the split over keys and windows)."""
+        return {
+            "name": name,
+            "relation": self.common.relation,
+            "epsilon": float(epsilon),
+            "rho": rho,
+            "bounds": self.ledger_bounds(),
+            "confidence": self.common.confidence,
+            "rng": self.common.rng,
+        }
+
     def contribution_bounds(self) -> ContributionBounds | None:
         if self.record_level:
             return None

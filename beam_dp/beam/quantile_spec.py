@@ -121,19 +121,13 @@ def build_quantiles(
             parsed, epsilon=per_key_epsilon, num_candidates=the_grid.num_points, **options
         )
     spec = QuantileSpec(
-        name=budget.name,
+        **values.spec_fields(budget.name, per_key_epsilon, share.rho),
         statistic=statistic,
         grid=the_grid,
         plan=plan,
         cell_plan=cell_plan,
         refine_points=fine_points,
         scalar=scalar,
-        relation=common.relation,
-        epsilon=float(per_key_epsilon),
-        rho=share.rho,
-        bounds=values.ledger_bounds(),
-        confidence=common.confidence,
-        rng=common.rng,
         auto=auto,
     )
     rank_error = plan.rank_error + (0.0 if cell_plan is None else max(cell_plan.loss_bounds))

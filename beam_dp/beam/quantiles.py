@@ -387,14 +387,7 @@ class _MeanTransform(PrivateTransform):
             confidence=common.confidence,
         )
         self._spec = MeanSpec(
-            name=budget.name,
-            plan=plan,
-            relation=common.relation,
-            epsilon=float(per_key_epsilon),
-            rho=share.rho,
-            bounds=values.ledger_bounds(),
-            confidence=common.confidence,
-            rng=common.rng,
+            **values.spec_fields(budget.name, per_key_epsilon, share.rho), plan=plan
         )
         display = {
             **values.display(budget.name, "mean", budget.epsilon),
