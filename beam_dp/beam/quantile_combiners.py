@@ -43,10 +43,12 @@ from beam_dp.summaries.quantiles import (
 
 __all__ = [
     "AutoBoundSpec",
+    "AutoMeanCombineFn",
     "AutoQuantileCombineFn",
     "BinFineFn",
     "FineCombineFn",
     "FinePartial",
+    "GridReleaseSpec",
     "MeanCombineFn",
     "MeanSpec",
     "QuantileCombineFn",
@@ -68,13 +70,18 @@ def _merge_into_first(accumulators: Iterable[_Mergeable]) -> _Mergeable:
     return first
 
 
-@dataclass(frozen=True)
+_Spec = TypeVar("_Spec", bound="GridReleaseSpec")
+
+
+@dataclass(frozen=True, kw_only=True)
 class GridReleaseSpec:
     """What every grid statistic records (quantiles, mean): public, fixed at construction.
 
     Built from a transform's options by
     :meth:`~beam_dp.beam.quantile_options.ValueParams.spec_fields`; :meth:`record` is the one
-    place a grid selection becomes a :class:`~beam_dp.release.Release`.
+    place a grid selection becomes a :class:`~beam_dp.release.Release`. With
+    ``max_contributions="auto"``, ``auto`` holds the plan at every candidate bound and
+    :meth:`for_choice` the spec at the chosen one (``chosen``).
     """
 
     name: str
@@ -84,6 +91,24 @@ class GridReleaseSpec:
     bounds: Mapping[str, int]
     confidence: float
     rng: RandomSource | None
+    auto: AutoBoundSpec | None = None
+    chosen: BoundChoice | None = None
+
+    def for_choice(self: _Spec, choice: BoundChoice) -> _Spec:
+        """This spec at the privately chosen bound: its plan, bounds and record."""
+        if self.auto is None:
+            raise ValueError("for_choice applies only with max_contributions='auto'")
+        bounds = {**self.bounds, "max_contributions_per_unit": int(choice.bound)}
+        return dataclasses.replace(
+            self,
+            plan=self.auto.plans[choice.bound],  # type: ignore[call-arg]
+            bounds=bounds,
+            chosen=choice,
+        )
+
+    def release_merged(self, accumulator: Any) -> Release:
+        """The release of a merged accumulator (the statistic's selection, then its record)."""
+        raise NotImplementedError
 
     def record(
         self,
@@ -95,7 +120,19 @@ class GridReleaseSpec:
         **fields: Any,
     ) -> Release:
         """The release of ``selection``: this spec's ε (ρ), relation, bounds and confidence;
-        ``fields`` are the statistic's own (accuracy, statement, rounds)."""
+        ``fields`` are the statistic's own (accuracy, statement, rounds).
+
+        With ``auto``, the release is charged its whole epsilon, the bound choice's share and
+        the statistic's part; its accuracy (stated at the statistic's part) records both.
+        """
+        if self.auto is not None:
+            extra = dict(fields.pop("extra_accuracy", None) or {})
+            extra["epsilon_bound_choice"] = float(self.auto.bound_epsilon)
+            extra["epsilon_statistic"] = float(self.auto.statistic_epsilon)
+            if self.auto.bound_rho is not None and self.auto.statistic_rho is not None:
+                extra["rho_bound_choice"] = float(self.auto.bound_rho)
+                extra["rho_statistic"] = float(self.auto.statistic_rho)
+            fields["extra_accuracy"] = extra
         return make_release(
             name=self.name,
             statistic=statistic,
@@ -114,7 +151,7 @@ class GridReleaseSpec:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class QuantileSpec(GridReleaseSpec):
     """Everything a quantile release needs after the merge (public; fixed at construction)."""
 
@@ -124,17 +161,9 @@ class QuantileSpec(GridReleaseSpec):
     cell_plan: CellPlan | None
     refine_points: int
     scalar: bool
-    auto: AutoBoundSpec | None = None
-    chosen: BoundChoice | None = None
 
-    def for_choice(self, choice: BoundChoice) -> QuantileSpec:
-        """This spec at the privately chosen bound: its plan, bounds and record."""
-        if self.auto is None:
-            raise ValueError("for_choice applies only with max_contributions='auto'")
-        bounds = {**self.bounds, "max_contributions_per_unit": int(choice.bound)}
-        return dataclasses.replace(
-            self, plan=self.auto.plans[choice.bound], bounds=bounds, chosen=choice
-        )
+    def release_merged(self, accumulator: GridHistogram) -> Release:
+        return self.release(select_quantiles(accumulator, self.grid, self.plan, rng=self.rng))
 
     def release(self, selection: QuantileSelection) -> Release:
         extra = {
@@ -142,14 +171,6 @@ class QuantileSpec(GridReleaseSpec):
             "rank_error": selection.rank_error,
             "cell_width": selection.cell_width,
         }
-        if self.auto is not None:
-            # The release is charged its whole epsilon: the bound choice's share and the
-            # statistic's part (its accuracy above is at the statistic's part).
-            extra["epsilon_bound_choice"] = float(self.auto.bound_epsilon)
-            extra["epsilon_statistic"] = float(self.auto.statistic_epsilon)
-            if self.auto.bound_rho is not None and self.auto.statistic_rho is not None:
-                extra["rho_bound_choice"] = float(self.auto.bound_rho)
-                extra["rho_statistic"] = float(self.auto.statistic_rho)
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
         value: Any = selection.values[0] if self.scalar else list(selection.values)
@@ -185,7 +206,8 @@ class AutoBoundSpec:
         bound_epsilon, statistic_epsilon: the two parts of ``key_epsilon`` (they sum to it).
         counts_per_unit: counts of the histogram one unit can hold (its keys).
         method, relation: of the choice (those of the statistic).
-        plans: the quantile plan at each candidate bound, at ``statistic_epsilon``.
+        plans: the statistic's plan (quantiles or mean) at each candidate bound, at
+            ``statistic_epsilon``.
         bound_rho, statistic_rho: under zCDP, each key's rho for the choice and for the
             statistic (they sum to at most the release's rho); None otherwise.
     """
@@ -201,7 +223,7 @@ class AutoBoundSpec:
     counts_per_unit: int
     method: str
     relation: str
-    plans: Mapping[int, QuantilePlan]
+    plans: Mapping[int, QuantilePlan | MeanPlan]
     bound_rho: Fraction | None = None
     statistic_rho: Fraction | None = None
 
@@ -267,7 +289,7 @@ class QuantileCombineFn(GridHistogramFn):
         if self._coarse:
             assert spec.cell_plan is not None
             return select_cells(accumulator, spec.grid, spec.cell_plan, rng=spec.rng)
-        return spec.release(select_quantiles(accumulator, spec.grid, spec.plan, rng=spec.rng))
+        return spec.release_merged(accumulator)
 
     def display_data(self) -> dict[str, Any]:
         return {
@@ -292,14 +314,12 @@ class AutoQuantileCombineFn(QuantileCombineFn):
 
 
 def release_at_choice(
-    element: tuple[Any, GridHistogram], choice: BoundChoice, spec: QuantileSpec
+    element: tuple[Any, Any], choice: BoundChoice, spec: GridReleaseSpec
 ) -> tuple[Any, Release]:
-    """``(key, merged histogram)`` to ``(key, release)`` at the chosen bound (its plan and
+    """``(key, merged accumulator)`` to ``(key, release)`` at the chosen bound (its plan and
     the statistic's part of epsilon; all plans are public, made at construction)."""
-    key, histogram = element
-    at_choice = spec.for_choice(choice)
-    selection = select_quantiles(histogram, at_choice.grid, at_choice.plan, rng=at_choice.rng)
-    return key, at_choice.release(selection)
+    key, accumulator = element
+    return key, spec.for_choice(choice).release_merged(accumulator)
 
 
 @dataclass
@@ -390,11 +410,14 @@ def grid_error(grid: Grid) -> float:
     return max(ends, inner)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MeanSpec(GridReleaseSpec):
     """Everything a mean release needs after the merge (public; fixed at construction)."""
 
     plan: MeanPlan
+
+    def release_merged(self, accumulator: ExactSum) -> Release:
+        return self.release(select_mean(accumulator, self.plan, rng=self.rng))
 
     def release(self, selection: MeanSelection) -> Release:
         return self.record(
@@ -439,8 +462,15 @@ class MeanCombineFn(beam.CombineFn):
         return _merge_into_first(accumulators)
 
     def extract_output(self, accumulator: ExactSum) -> Release:
-        spec = self._spec
-        return spec.release(select_mean(accumulator, spec.plan, rng=spec.rng))
+        return self._spec.release_merged(accumulator)
 
     def display_data(self) -> dict[str, Any]:
         return {"statistic": "mean", "grid": repr(self._spec.plan.grid)}
+
+
+class AutoMeanCombineFn(MeanCombineFn):
+    """:class:`MeanCombineFn` whose output is the merged exact sum, released later by
+    :func:`release_at_choice` at the chosen bound (as :class:`AutoQuantileCombineFn`)."""
+
+    def extract_output(self, accumulator: ExactSum) -> ExactSum:  # type: ignore[override]
+        return accumulator

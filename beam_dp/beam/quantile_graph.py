@@ -30,9 +30,9 @@ from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_
 from beam_dp.beam.plan import Plan, keyed_input, label_releases
 from beam_dp.beam.quantile_combiners import (
     AutoBoundSpec,
-    AutoQuantileCombineFn,
     BinFineFn,
     FineCombineFn,
+    GridReleaseSpec,
     QuantileCombineFn,
     QuantileSpec,
     release_at_choice,
@@ -68,9 +68,17 @@ def expand_coarse_to_fine(pcoll: PCollection, plan: Plan, spec: QuantileSpec) ->
 
 
 def expand_auto_bound(
-    pcoll: PCollection, plan: Plan, spec: QuantileSpec, auto: AutoBoundSpec
+    pcoll: PCollection,
+    plan: Plan,
+    spec: GridReleaseSpec,
+    auto: AutoBoundSpec,
+    merge: beam.CombineFn,
 ) -> PCollection:
     """Bound at the cap, choose the bound privately per window, re-bound, release.
+
+    ``merge`` combines a key's re-bounded batches into the accumulator that
+    ``spec.release_merged`` releases (:class:`AutoQuantileCombineFn`: a grid histogram;
+    :class:`AutoMeanCombineFn`: an exact sum), released by :func:`release_at_choice`.
 
     The rows kept at the cap (a uniform sample per unit, and ``max_keys_per_unit`` keys)
     give the histogram of rows per unit (per (unit, key) for ``.PerKey``: a unit holds
@@ -89,7 +97,7 @@ def expand_auto_bound(
     releases = (
         keyed
         | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
-        | "Histograms" >> beam.CombinePerKey(AutoQuantileCombineFn(spec))
+        | "MergePerKey" >> beam.CombinePerKey(merge)
         | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
     )
     return label_releases(releases, plan)

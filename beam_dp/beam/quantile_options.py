@@ -82,7 +82,7 @@ class _ValueOptions(TypedDict, total=False):
         max_contributions: values kept per privacy unit (needs ``unit_column``); the
             sensitivity is multiplied by it. ``"auto"``: chosen privately per window from the
             histogram of rows per unit (per (unit, key) for ``.PerKey``) with ``bound_share``
-            of the statistic's epsilon (:class:`AutoBound`; quantile transforms only).
+            of the statistic's epsilon (:class:`AutoBound`; quantiles, min, max and mean).
         bound_share: with ``max_contributions="auto"``, the share of epsilon spent on
             choosing the bound (default 1/10; strictly between 0 and 1).
         bound_cap: the largest candidate bound (default 1024; candidates are the powers of

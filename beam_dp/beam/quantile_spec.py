@@ -21,7 +21,7 @@ gets the rest of the ``m`` keys' rho, at the largest epsilon that rest pays for 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -36,12 +36,14 @@ from beam_dp.summaries.histogram import MAX_GRID_POINTS
 from beam_dp.summaries.quantiles import (
     DEFAULT_REFINE_FRACTION,
     DEFAULT_SPLIT,
+    MeanPlan,
+    QuantilePlan,
     parse_quantiles,
     plan_cells,
     plan_quantiles,
 )
 
-__all__ = ["build_quantiles"]
+__all__ = ["auto_bound_spec", "build_quantiles"]
 
 
 def build_quantiles(
@@ -114,8 +116,23 @@ def build_quantiles(
             **options,
         )
     elif values.auto is not None:
-        auto = _auto_spec(values, share.rho, per_key_epsilon, parsed, options)
-        plan = auto.plans[auto.cap]
+
+        def plan_at(bound: int, epsilon: Fraction) -> QuantilePlan:
+            return plan_quantiles(
+                parsed,
+                epsilon=epsilon,
+                num_candidates=the_grid.num_points,
+                **{**options, "max_contributions": bound},
+            )
+
+        auto = auto_bound_spec(
+            values,
+            share.rho,
+            per_key_epsilon,
+            rounds=plan_at(1, Fraction(1)).rounds,
+            plan_at=plan_at,
+        )
+        plan = plan_at(auto.cap, auto.statistic_epsilon)
     else:
         plan = plan_quantiles(
             parsed, epsilon=per_key_epsilon, num_candidates=the_grid.num_points, **options
@@ -155,14 +172,23 @@ def build_quantiles(
     return built, spec
 
 
-def _auto_spec(
+def auto_bound_spec(
     values: ValueParams,
     rho: float | None,
     key_epsilon: Fraction,
-    parsed: Sequence[Fraction],
-    options: dict[str, Any],
+    *,
+    rounds: int,
+    plan_at: Callable[[int, Fraction], QuantilePlan | MeanPlan],
 ) -> AutoBoundSpec:
-    """The public half of ``max_contributions="auto"``: the split and a plan per candidate."""
+    """The public half of ``max_contributions="auto"``: the split and a plan per candidate.
+
+    Args:
+        values: the statistic's value options (``values.auto`` set).
+        rho: each key's rho under zCDP, else None.
+        key_epsilon: each release's epsilon (one key's, after the split over keys).
+        rounds: the statistic's rounds (its zCDP cost is ``rate * eps^2 / rounds``).
+        plan_at: the statistic's plan at a bound and an epsilon (quantiles or mean).
+    """
     auto = values.auto
     assert auto is not None
     counts_per_unit = values.keys_per_unit
@@ -174,9 +200,6 @@ def _auto_spec(
         # rate * eps_s^2 / rounds (<= (1 - share)^2 rho); the choice gets the rest of the rho
         # of each of the m keys a unit reaches: rate * eps_b^2 <= m (rho - that cost).
         rate = ZCDP_RATE[privacy_kind(values.common.method)]
-        rounds = plan_quantiles(
-            parsed, epsilon=1.0, num_candidates=values.grid.num_points, split=options["split"]
-        ).rounds
         statistic_rho = rate * statistic_epsilon**2 / rounds
         bound_rho = Fraction(rho) - statistic_rho
         if bound_rho <= 0:  # pragma: no cover - rho >= rate * eps^2 / rounds by construction
@@ -187,15 +210,7 @@ def _auto_spec(
         while rate * choice_epsilon**2 > bound_rho * counts_per_unit:  # float rounding
             choice_epsilon = Fraction(math.nextafter(float(choice_epsilon), 0.0))
         bound_epsilon = choice_epsilon / counts_per_unit
-    plans = {
-        bound: plan_quantiles(
-            parsed,
-            epsilon=statistic_epsilon,
-            num_candidates=values.grid.num_points,
-            **{**options, "max_contributions": bound},
-        )
-        for bound in auto.candidates
-    }
+    plans = {bound: plan_at(bound, statistic_epsilon) for bound in auto.candidates}
     return AutoBoundSpec(
         candidates=auto.candidates,
         cap=auto.candidates[-1],

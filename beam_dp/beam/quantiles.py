@@ -105,6 +105,8 @@ from apache_beam.pvalue import PCollection
 
 from beam_dp.beam.plan import Built, PrivateTransform
 from beam_dp.beam.quantile_combiners import (
+    AutoMeanCombineFn,
+    AutoQuantileCombineFn,
     MeanCombineFn,
     MeanSpec,
     QuantileCombineFn,
@@ -119,8 +121,9 @@ from beam_dp.beam.quantile_options import (
     QuantilePerKeyOptions,
     take_value_options,
 )
-from beam_dp.beam.quantile_spec import build_quantiles
+from beam_dp.beam.quantile_spec import auto_bound_spec, build_quantiles
 from beam_dp.summaries.quantiles import (
+    MeanPlan,
     QuantilePlan,
     parse_quantiles,
     plan_mean,
@@ -205,7 +208,8 @@ class _QuantileTransform(PrivateTransform):
     def expand(self, pcoll: PCollection) -> PCollection:
         auto = self._spec.auto
         if auto is not None:
-            return expand_auto_bound(pcoll, self._plan, self._spec, auto)
+            merge = AutoQuantileCombineFn(self._spec)
+            return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
         if self._spec.cell_plan is None:
             return super().expand(pcoll)
         return expand_coarse_to_fine(pcoll, self._plan, self._spec)
@@ -351,6 +355,10 @@ class _MeanTransform(PrivateTransform):
             any other count, so whether the release succeeds never depends on the data.
             ``"add_remove"`` (default) needs no ``n``: it uses ``-|sum(x) - N r|``,
             sensitivity ``k (upper - lower)`` (see :mod:`beam_dp.summaries.quantiles`).
+            ``max_contributions="auto"`` chooses ``k`` privately as for the quantiles
+            (``bound_share`` of epsilon; the mean at the rest). It removes the bias of one
+            value per unit when values depend on the unit, but a larger ``k`` also scales the
+            noise: measured, it is not always better than 1 (benchmarks/RESULTS.md, "Mean").
 
     Privacy:
         epsilon-DP under ``relation``; only a grid point is released. ``accuracy.score_loss``
@@ -369,28 +377,34 @@ class _MeanTransform(PrivateTransform):
                 f"PrivateMean.{self.VARIANT}() got an unexpected keyword argument "
                 f"{sorted(unknown)[0]!r}"
             )
-        if values.auto is not None:
-            raise ValueError(
-                "max_contributions='auto' is not wired for PrivateMean yet; give an integer"
-            )
         common = values.common
         budget = common.budget("mean", rounds=1)
         share = values.keys.split(budget, values.record_level, values.windows)
         per_key_epsilon = Fraction(share.epsilon)
-        plan = plan_mean(
-            values.grid,
-            epsilon=per_key_epsilon,
-            relation=common.relation,
-            n=specific.get("n"),
-            max_contributions=values.max_contributions,
-            method=common.method,
-            confidence=common.confidence,
-        )
+
+        def plan_at(bound: int, epsilon: Fraction) -> MeanPlan:
+            return plan_mean(
+                values.grid,
+                epsilon=epsilon,
+                relation=common.relation,
+                n=specific.get("n"),
+                max_contributions=bound,
+                method=common.method,
+                confidence=common.confidence,
+            )
+
+        auto = None
+        if values.auto is not None:
+            auto = auto_bound_spec(values, share.rho, per_key_epsilon, rounds=1, plan_at=plan_at)
+            plan = plan_at(auto.cap, auto.statistic_epsilon)
+        else:
+            plan = plan_at(values.max_contributions, per_key_epsilon)
         self._spec = MeanSpec(
-            **values.spec_fields(budget.name, per_key_epsilon, share.rho), plan=plan
+            **values.spec_fields(budget.name, per_key_epsilon, share.rho), plan=plan, auto=auto
         )
         display = {
             **values.display(budget.name, "mean", budget.epsilon),
+            "max_contributions": "auto" if auto is not None else values.max_contributions,
             "privacy_unit": "record" if values.record_level else "unit_column",
             "contribution_bounds": str(values.ledger_bounds()),
         }
@@ -404,6 +418,13 @@ class _MeanTransform(PrivateTransform):
                 rounds=1,
             )
         )
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        auto = self._spec.auto
+        if auto is None:
+            return super().expand(pcoll)
+        merge = AutoMeanCombineFn(self._spec)
+        return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
 
 
 class PrivateMean:

@@ -28,7 +28,7 @@ from beam_dp.beam.quantiles import (
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release
 from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram
-from beam_dp.summaries.quantiles import plan_quantiles
+from beam_dp.summaries.quantiles import plan_mean, plan_quantiles
 
 HUGE = 1e5  # test-only epsilon: the selections are (almost surely) the best candidates
 
@@ -103,11 +103,91 @@ def test_auto_options_are_validated_at_construction(options: dict[str, Any], mes
         median(**options)
 
 
-def test_auto_is_refused_by_the_mean_until_wired() -> None:
-    with pytest.raises(ValueError, match="not wired for PrivateMean"):
-        PrivateMean.Globally(
-            lower=0.0, upper=1.0, unit_column="user", epsilon=1.0, max_contributions="auto"
+def test_mean_auto_keeps_the_plans_at_every_bound_and_fixed_stays_as_before() -> None:
+    base: dict[str, Any] = {"lower": 0.0, "upper": 10.0, "unit_column": "user", "epsilon": 1.0}
+    fixed = PrivateMean.Globally(**base, max_contributions=4)
+    assert fixed._spec.auto is None
+    assert fixed._spec.plan == plan_mean(
+        fixed._spec.plan.grid, epsilon=Fraction(1), relation="add_remove", max_contributions=4
+    )
+    auto = PrivateMean.Globally(**base, max_contributions="auto")
+    spec = auto._spec.auto
+    assert spec is not None
+    assert (spec.bound_epsilon, spec.statistic_epsilon) == (Fraction(1, 10), Fraction(9, 10))
+    for bound, plan in spec.plans.items():
+        assert plan == plan_mean(
+            auto._spec.plan.grid,
+            epsilon=Fraction(9, 10),
+            relation="add_remove",
+            max_contributions=bound,
         )
+    assert auto.display_data()["max_contributions"] == "auto"
+    with pytest.raises(ValueError, match="needs a 'unit_column'"):
+        PrivateMean.Globally(**{**base, "unit_column": None}, max_contributions="auto")
+
+
+def test_mean_auto_bounds_the_flooder_and_records_the_choice() -> None:
+    """300 units of 8 rows in [0, 2) and one unit with 5000 rows of 9.0: auto chooses 8, so
+    the mean stays near 1 (bounded at the cap of 1024 the flooder would pull it to ~3.4)."""
+    honest = np.random.default_rng(7).uniform(0, 2, 300 * 8)
+    values = np.concatenate([honest, np.full(5000, 9.0)])
+    users = np.concatenate([np.repeat(np.arange(300), 8), np.full(5000, 10**6)])
+    (release,) = run(
+        lambda p: (
+            p
+            | beam.Create(unit_batches(values, users, size=700))
+            | PrivateMean.Globally(
+                lower=0.0,
+                upper=10.0,
+                unit_column="user",
+                epsilon=HUGE,
+                max_contributions="auto",
+                num_points=10_001,
+            )
+        )
+    )
+    ledger = release.ledger
+    assert ledger.statistic == "mean"
+    assert ledger.contribution_bounds["max_contributions_per_unit"] == 8
+    assert ledger.contribution_bounds["max_contributions_cap"] == 1024
+    truth = (honest.sum() + 8 * 9.0) / (honest.size + 8)
+    assert abs(release.value - truth) < 0.01
+    assert ledger.epsilon == HUGE
+    assert ledger.accuracy["epsilon_bound_choice"] == pytest.approx(HUGE / 10)
+    assert ledger.accuracy["epsilon_bound_choice"] + ledger.accuracy[
+        "epsilon_statistic"
+    ] == pytest.approx(HUGE, rel=1e-12)
+    # the sensitivity is that of the plan at the chosen bound (8 values per unit)
+    assert ledger.sensitivity == pytest.approx(8 * 10.0)
+
+
+def test_mean_per_key_auto_releases_every_key_at_one_chosen_bound() -> None:
+    rng = np.random.default_rng(8)
+    users = np.repeat(np.arange(200), 6)
+    keys = np.where(np.arange(users.size) % 2 == 0, "a", "b")
+    values = rng.uniform(0, 4, users.size)
+    releases = run(
+        lambda p: (
+            p
+            | beam.Create(unit_batches(values, users, size=300, key=keys))
+            | PrivateMean.PerKey(
+                lower=0.0,
+                upper=10.0,
+                unit_column="user",
+                keys=["a", "b", "c"],
+                max_keys_per_unit=2,
+                epsilon=HUGE,
+                max_contributions="auto",
+            )
+        )
+    )
+    by_key = {release.key: release for release in releases}
+    assert sorted(by_key) == ["a", "b", "c"]
+    chosen = {r.ledger.contribution_bounds["max_contributions_per_unit"] for r in releases}
+    assert chosen == {4}  # 3 rows per (unit, key): one choice per window, bucket (2, 4]
+    for key in ("a", "b"):
+        truth = values[keys == key].mean()
+        assert abs(by_key[key].value - truth) < 0.05
 
 
 def test_fixed_bound_keeps_the_plan_and_record_of_before() -> None:
@@ -401,3 +481,26 @@ def test_zcdp_share_the_two_rhos_fit_each_release_and_the_choice_spends_the_rest
     assert 2 * statistic + choice >= 2 * rho_key * (1 - Fraction(1, 10**9))  # and all of it
     assert auto.statistic_epsilon == Fraction(transform._spec.epsilon) * Fraction(9, 10)
     assert 2 * rho_key <= Fraction(share.rho)  # type: ignore[arg-type]
+
+
+def test_zcdp_mean_auto_the_two_rhos_fit_the_release() -> None:
+    from beam_dp.accounting import PrivacyBudget
+
+    budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
+    share = budget.spend("m", mechanism="exponential", epsilon=0.8, rounds=1)
+    transform = PrivateMean.Globally(
+        lower=0.0,
+        upper=10.0,
+        unit_column="user",
+        epsilon=share,
+        method="exponential",
+        max_contributions="auto",
+    )
+    auto = transform._spec.auto
+    assert auto is not None and auto.bound_rho is not None and auto.statistic_rho is not None
+    rho = Fraction(transform._spec.rho)  # type: ignore[arg-type]
+    statistic = Fraction(1, 8) * auto.statistic_epsilon**2  # one round
+    choice = Fraction(1, 8) * auto.choice_epsilon**2
+    assert auto.statistic_rho == statistic
+    assert statistic + choice <= rho
+    assert statistic + choice >= rho * (1 - Fraction(1, 10**9))
