@@ -27,6 +27,20 @@ Rules (``rule=``)
     each unit one value. Its best candidate is the smallest bound that at least a fraction
     ``alpha`` of the units fit in (up to ties).
 
+    **Tail penalty.** Every candidate above the largest unit scores the same, ``-(1-alpha)``
+    times the number of units, only ``(1-alpha) E(b)`` below the best one: with few units or
+    a small epsilon the flat tail keeps real mass (measured on the bundled sample, 3 000 units
+    of 1-5 rows at epsilon 0.08: the exact pmf put 0.22 on bounds 16 ... 1024, 0.03 on 1024,
+    whose noise is 128 times that of 8 for the same rows). :func:`choice_scores` subtracts
+    ``tau * i`` from the ``i``-th candidate, ``tau = 2 * (7/10) * sensitivity / epsilon``
+    (``7/10 > ln 2``), rounded up to the score's unit: each doubling at least halves a
+    candidate's exponential-mechanism weight (``exp(-epsilon tau / (2 sensitivity))``), so the
+    tail's mass is at most about twice that of its first candidate (0.06 there, 0.0006 on
+    1024). The penalty is a fixed function of the candidate and of the public epsilon and
+    sensitivity: the utility's sensitivity is unchanged. Its cost is a pull of ``tau`` per
+    doubling towards smaller bounds, small against the score gaps of data with many units
+    (12.6 units per doubling at epsilon 0.1, against gaps of hundreds on the flights).
+
 ``"tradeoff"``
     Trades rows kept against the noise the bound implies. Bounding at ``b`` drops
     ``D(b) = sum_u max(0, c_u - b)`` rows; the statistic's noise grows as ``lambda * b`` for a
@@ -114,6 +128,7 @@ __all__ = [
     "BoundScores",
     "bound_scores",
     "candidate_bounds",
+    "choice_scores",
     "choose_bound",
     "count_histogram",
     "merge_counts",
@@ -297,6 +312,43 @@ def bound_scores(
     return BoundScores(scores, Fraction(1, q), Fraction(1), bounds)
 
 
+#: An upper bound of ln 2: a tail penalty of ``2 * LN2_ABOVE * sensitivity / epsilon`` per
+#: candidate at least halves the exponential-mechanism weight of each next doubling.
+LN2_ABOVE = Fraction(7, 10)
+
+
+def choice_scores(
+    counts: npt.ArrayLike,
+    *,
+    epsilon: float | Fraction,
+    rule: str = DEFAULT_RULE,
+    alpha: float | Fraction = DEFAULT_ALPHA,
+    noise_per_bound: float | Fraction | None = None,
+    relation: str = "add_remove",
+    counts_per_unit: int = 1,
+) -> BoundScores:
+    """The exact scores :func:`choose_bound` selects over: :func:`bound_scores`, with the
+    ``"quantile"`` rule's tail penalty (module docstring) and the sensitivity of
+    ``counts_per_unit`` counts per unit.
+
+    Privacy: the penalty depends only on the candidate's position, ``epsilon`` and the
+    sensitivity (all public), so each score moves by the same amount as without it.
+    """
+    check_positive_finite(epsilon, "epsilon")
+    check_positive_int(counts_per_unit, "counts_per_unit")
+    eps = to_fraction(epsilon, "epsilon")
+    scored = bound_scores(
+        counts, rule=rule, alpha=alpha, noise_per_bound=noise_per_bound, relation=relation
+    )
+    sensitivity = scored.sensitivity * int(counts_per_unit)
+    scores = scored.scores
+    if _check_rule(rule) == "quantile":
+        tau = 2 * LN2_ABOVE * sensitivity / eps / scored.unit  # in integer score steps
+        step = -(-tau.numerator // tau.denominator)  # rounded up: at least halving
+        scores = scores - step * np.arange(scores.size, dtype=np.int64)
+    return BoundScores(scores, scored.unit, sensitivity, scored.bounds)
+
+
 @dataclass(frozen=True)
 class BoundChoice:
     """A privately chosen contribution bound and what it cost (public; for the ledger).
@@ -392,15 +444,20 @@ def choose_bound(
     chosen_rule = _check_rule(rule)
     chosen_method = check_method(method)
     rel: Relation = check_relation(relation)
-    check_positive_int(counts_per_unit, "counts_per_unit")
-    scored = bound_scores(
-        counts, rule=chosen_rule, alpha=alpha, noise_per_bound=noise_per_bound, relation=rel
+    scored = choice_scores(
+        counts,
+        epsilon=eps,
+        rule=chosen_rule,
+        alpha=alpha,
+        noise_per_bound=noise_per_bound,
+        relation=rel,
+        counts_per_unit=counts_per_unit,
     )
     source = as_random_source(rng)
     index = select(
         scored.scores,
         epsilon=eps,
-        sensitivity=scored.scaled_sensitivity * int(counts_per_unit),
+        sensitivity=scored.scaled_sensitivity,
         monotonic=False,
         method=chosen_method,
         rng=source,
@@ -412,7 +469,7 @@ def choose_bound(
         rule=chosen_rule,
         alpha=_check_alpha(alpha) if chosen_rule == "quantile" else None,
         noise_per_bound=_check_lambda(noise_per_bound) if chosen_rule == "tradeoff" else None,
-        sensitivity=scored.sensitivity * int(counts_per_unit),
+        sensitivity=scored.sensitivity,
         relation=rel,
         method=chosen_method,
         cap=int(np.asarray(counts).size) - 1,
