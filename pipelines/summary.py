@@ -100,6 +100,33 @@ def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
             print(line, file=out)
 
 
+def _print_chosen_bounds(releases: Sequence[dict[str, Any]], out: Any) -> None:
+    """The rows per person each ``max_contributions="auto"`` statistic chose (a DP output)."""
+    chosen: dict[str, list[str]] = {}
+    for r in releases:
+        bounds = r.get("contribution_bounds") or {}
+        accuracy = r.get("accuracy") or {}
+        if "max_contributions_cap" not in bounds or "epsilon_bound_choice" not in accuracy:
+            continue
+        text = (
+            f"{bounds['max_contributions_per_unit']} of at most {bounds['max_contributions_cap']} "
+            f"(epsilon {accuracy['epsilon_bound_choice']:.3g} of the release's "
+            f"{r['epsilon']:.4g} chose it)"
+        )
+        where = [str(part) for part in (r.get("key"), r.get("window")) if part is not None]
+        shown = f"{text} [{', '.join(where)}]" if where else text
+        if shown not in chosen.setdefault(r["name"], []):
+            chosen[r["name"]].append(shown)
+    if not chosen:
+        return
+    print("\nrows per person, chosen privately (max_contributions = auto):", file=out)
+    for name, texts in chosen.items():
+        distinct = {text.split(" [")[0] for text in texts}
+        lines = sorted(distinct) if len(distinct) == 1 else texts
+        for text in lines:
+            print(f"  {name}: {text}", file=out)
+
+
 def print_summary(document: dict[str, Any], file: Any = None) -> None:
     """A readable table of the releases and the budget.
 
@@ -129,6 +156,7 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)
     _print_descriptions(document["releases"], out)
+    _print_chosen_bounds(document["releases"], out)
     budget = document["budget"]
     print(
         f"\nbudget: epsilon {budget['epsilon_spent']:.4g} of {budget['epsilon_total']:.4g} spent, "

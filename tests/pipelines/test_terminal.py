@@ -438,3 +438,27 @@ def test_summary_shows_a_released_cdf_by_its_quantiles_not_its_arrays() -> None:
     shown = _summary(_document({"name": "weights", "value": value}))
     assert "CDF of 4 synthetic points: q0.1=48, q0.5=55" in shown
     assert "'steps'" not in shown and "0.75" not in shown
+
+
+def test_summary_names_the_privately_chosen_rows_per_person() -> None:
+    auto = {
+        "name": "weights",
+        "value": 69.5,
+        "contribution_bounds": {"max_contributions_per_unit": 8, "max_contributions_cap": 1024},
+        "accuracy": {"epsilon_bound_choice": 0.2, "epsilon_statistic": 0.8},
+    }
+    shown = _summary(_document(auto))
+    assert "rows per person, chosen privately (max_contributions = auto):" in shown
+    assert "weights: 8 of at most 1024 (epsilon 0.2 of the release's 1 chose it)" in shown
+    # one line when every key got the same bound; a line per key and window otherwise
+    document = _document({**auto, "key": "de"})
+    first = document["releases"][0]
+    other = {**first, "key": "fr", "contribution_bounds": {**auto["contribution_bounds"]}}
+    document["releases"].append(other)
+    assert _summary(document).count("weights: 8 of at most 1024") == 1
+    other["contribution_bounds"]["max_contributions_per_unit"] = 16
+    shown = _summary(document)
+    assert "weights: 8 of at most 1024 (epsilon 0.2 of the release's 1 chose it) [de]" in shown
+    assert "weights: 16 of at most 1024 (epsilon 0.2 of the release's 1 chose it) [fr]" in shown
+    fixed = _summary(_document({"contribution_bounds": {"max_contributions_per_unit": 4}}))
+    assert "chosen privately" not in fixed
