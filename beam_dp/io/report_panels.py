@@ -57,6 +57,26 @@ def _half_width(release: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
+    """The rows per person a ``max_contributions="auto"`` release chose (a DP output), if any."""
+    bounds = release.get("contribution_bounds") or {}
+    accuracy = release.get("accuracy") or {}
+    values: tuple[Any, ...] = (
+        bounds.get("max_contributions_per_unit"),
+        bounds.get("max_contributions_cap"),
+        accuracy.get("epsilon_bound_choice"),
+        release.get("epsilon"),
+    )
+    numbers = [float(x) for x in values if _is_number(x)]
+    if len(numbers) != len(values):
+        return []
+    chosen, cap, part, whole = numbers
+    return [
+        f"rows per person: {int(chosen)} of at most {int(cap)}, chosen privately with ε "
+        f"{format_number(part)} of this release's {format_number(whole)}"
+    ]
+
+
 def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     """The release's accuracy in plain words (HTML-escaped list items).
 
@@ -68,7 +88,12 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     accuracy = dict(release.get("accuracy", {}))
     accuracy.pop("confidence", None)
     step = _step(release)
+    chosen = _chosen_bound(release)
+    if chosen:  # said in words below, not listed again as raw keys
+        for key in ("epsilon_bound_choice", "epsilon_statistic"):
+            accuracy.pop(key, None)
     grid = [] if step is None else [f"grid step {format_number(step, step)}"]
+    grid += chosen
     description = release.get("accuracy_description")
     if isinstance(description, str) and description:
         return [_e(item) for item in (description, *grid)]

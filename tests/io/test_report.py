@@ -207,6 +207,23 @@ def test_a_release_that_states_its_accuracy_is_shown_by_its_sentence_and_units()
     assert "vote shortfall: 8.13 (votes)" in panel and "within 21 ranks" in panel
 
 
+def test_a_privately_chosen_bound_is_said_in_words_in_both_forms() -> None:
+    document = _document(_median(41.5, epsilon_bound_choice=0.05, epsilon_statistic=0.45))
+    release = document["releases"][0]
+    release["contribution_bounds"] = {
+        "max_contributions_per_unit": 8,
+        "max_contributions_cap": 1024,
+    }
+    words = "rows per person: 8 of at most 1024, chosen privately with ε 0.05 of this release's 0.5"
+    panel = html.unescape(_panel(_page(document), "median_weight"))
+    assert words in panel
+    assert "epsilon bound choice" not in panel  # said once, in words
+    release["accuracy_description"] = "With probability 0.95, within 21 ranks."
+    assert words in html.unescape(_panel(_page(document), "median_weight"))
+    fixed = _document(_median(41.5))
+    assert "rows per person" not in _panel(_page(fixed), "median_weight")
+
+
 def test_a_single_number_is_printed_not_drawn_alone_on_an_empty_axis() -> None:
     page = _page(_document(_median(70.30000000000001)))
     assert page.count('<section class="panel') == 2
