@@ -24,7 +24,8 @@ Public rules and privacy:
   unit keeps ``max_contributions`` values (and ``max_keys_per_unit`` keys, in
   ``max_windows_per_unit`` windows). Each release runs at ``ε / (keys · windows)`` one unit can
   reach (:func:`~beam_dp.beam.options.split_share`). ``max_contributions="auto"`` is refused
-  here: the bound must be fixed at construction (the sensitivity is ``max_contributions * k``).
+  here: the sensitivity is ``max_contributions * k``, and a bound chosen for coverage measured
+  worse than 1 on three of four datasets (benchmarks/RESULTS.md, "KS CDF").
 * **The normaliser**: the KS distance compares ``N_i / n`` with the synthetic ``C_i / k``.
 
   - ``n`` given (public): the mechanism uses it, under either relation. A unit moves every
@@ -410,8 +411,10 @@ class _CDFTransform(PrivateTransform):
             )
         if given.get("max_contributions") == "auto":  # a fixed c decides Δ = c k here
             raise ValueError(
-                "max_contributions='auto' is not available for PrivateCDF yet: give an integer "
-                "(the KS mechanism's sensitivity is max_contributions * k)"
+                "max_contributions='auto' is not offered for PrivateCDF: the KS mechanism's "
+                "sensitivity is max_contributions * k, and a bound chosen for coverage measured "
+                "1.3-2x worse than 1 on three of four datasets (benchmarks/RESULTS.md, 'KS "
+                "CDF'); give an integer"
             )
         values, _ = take_value_options(self, given, DEFAULT_NUM_POINTS)  # nothing else left
         common = values.common

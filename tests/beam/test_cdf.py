@@ -117,7 +117,7 @@ def test_combine_fn_driven_by_hand_over_shards_equals_one_pass() -> None:
         ({"max_keys_per_unit": 2}, ValueError, r"applies only to \.PerKey"),
         ({"epsilon": float("nan")}, ValueError, "'epsilon'"),
         ({"lower": 5.0}, ValueError, "lower"),
-        ({"unit_column": "u", "max_contributions": "auto"}, ValueError, "'auto' is not available"),
+        ({"unit_column": "u", "max_contributions": "auto"}, ValueError, "'auto' is not offered"),
     ],
 )
 def test_bad_parameters_fail_at_construction(

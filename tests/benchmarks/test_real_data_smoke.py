@@ -20,6 +20,7 @@ def test_quick_run_prints_every_table(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     assert "### Auto-bound rules" in out and "### Median and quartiles" in out
     assert "### Mean" in out
+    assert "### KS CDF" in out and "### Median with defaults" in out
     means = [line for line in lines if line.startswith("| synthetic integer (mean")]
     assert len(means) == 1 and means[0].count("bias") == len(real_data.MEAN_BOUNDS)
     for name in ("flights-like arr_delay", "synthetic lognormal", "synthetic integer"):
