@@ -13,6 +13,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from beam_dp.io.report_format import chosen_bound
+
 __all__ = ["print_summary"]
 
 
@@ -101,30 +103,29 @@ def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
 
 
 def _print_chosen_bounds(releases: Sequence[dict[str, Any]], out: Any) -> None:
-    """The rows per person each ``max_contributions="auto"`` statistic chose (a DP output)."""
-    chosen: dict[str, list[str]] = {}
+    """The rows per person each ``max_contributions="auto"`` statistic chose (a DP output):
+    one line per statistic when all its keys and windows agree, else one per key and window."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
     for r in releases:
-        bounds = r.get("contribution_bounds") or {}
-        accuracy = r.get("accuracy") or {}
-        if "max_contributions_cap" not in bounds or "epsilon_bound_choice" not in accuracy:
+        chosen = chosen_bound(r)
+        if chosen is None:
             continue
         text = (
-            f"{bounds['max_contributions_per_unit']} of at most {bounds['max_contributions_cap']} "
-            f"(epsilon {accuracy['epsilon_bound_choice']:.3g} of the release's "
-            f"{r['epsilon']:.4g} chose it)"
+            f"{chosen.bound} of at most {chosen.cap} (epsilon {chosen.epsilon_choice:.3g} of "
+            f"the release's {chosen.epsilon_release:.4g} chose it)"
         )
-        where = [str(part) for part in (r.get("key"), r.get("window")) if part is not None]
-        shown = f"{text} [{', '.join(where)}]" if where else text
-        if shown not in chosen.setdefault(r["name"], []):
-            chosen[r["name"]].append(shown)
-    if not chosen:
+        where = ", ".join(str(part) for part in (r.get("key"), r.get("window")) if part is not None)
+        if (text, where) not in by_name.setdefault(r["name"], []):
+            by_name[r["name"]].append((text, where))
+    if not by_name:
         return
     print("\nrows per person, chosen privately (max_contributions = auto):", file=out)
-    for name, texts in chosen.items():
-        distinct = {text.split(" [")[0] for text in texts}
-        lines = sorted(distinct) if len(distinct) == 1 else texts
-        for text in lines:
-            print(f"  {name}: {text}", file=out)
+    for name, choices in by_name.items():
+        if len({text for text, _ in choices}) == 1:
+            print(f"  {name}: {choices[0][0]}", file=out)
+            continue
+        for text, where in choices:
+            print(f"  {name}: {text}" + (f" [{where}]" if where else ""), file=out)
 
 
 def print_summary(document: dict[str, Any], file: Any = None) -> None:

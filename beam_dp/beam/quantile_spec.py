@@ -41,6 +41,7 @@ from beam_dp.summaries.quantiles import (
     parse_quantiles,
     plan_cells,
     plan_quantiles,
+    quantile_rounds,
 )
 
 __all__ = ["auto_bound_spec", "build_quantiles"]
@@ -75,10 +76,7 @@ def build_quantiles(
             )
     elif refine_points is not None:
         raise ValueError("'refine_points' applies only with refine=True")
-    # The rounds depend on the quantiles and the split only: plan once to learn them.
-    rounds = plan_quantiles(
-        parsed, epsilon=1.0, num_candidates=the_grid.num_points, split=split
-    ).rounds
+    rounds = quantile_rounds(parsed, split)  # the quantiles and the split decide them
     budget = common.budget(statistic, rounds=rounds)
     share = values.keys.split(budget, values.record_level, values.windows)
     per_key_epsilon = Fraction(share.epsilon)
@@ -129,7 +127,7 @@ def build_quantiles(
             values,
             share.rho,
             per_key_epsilon,
-            rounds=plan_at(1, Fraction(1)).rounds,
+            rounds=rounds,
             plan_at=plan_at,
         )
         plan = plan_at(auto.cap, auto.statistic_epsilon)

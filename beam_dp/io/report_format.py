@@ -18,10 +18,11 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["format_number", "grid_decimals"]
+__all__ = ["ChosenBound", "chosen_bound", "format_number", "grid_decimals"]
 
 _PALETTE = ("#3b6ea8", "#d9822b", "#3f9a6b", "#b5485d", "#7a5aa6", "#8c6d31", "#2a8a9a", "#a0527f")
 
@@ -235,3 +236,35 @@ def _axis_ticks(lower: float, upper: float) -> str:
             f"{_e(format_number(round(tick, decimals), 10.0**-decimals))}</span>"
         )
     return "".join(tick_html)
+
+
+@dataclass(frozen=True)
+class ChosenBound:
+    """A ``max_contributions="auto"`` release's privately chosen rows per unit (a DP output)."""
+
+    bound: int
+    cap: int
+    epsilon_choice: float
+    epsilon_release: float
+
+
+def chosen_bound(release: Mapping[str, Any]) -> ChosenBound | None:
+    """The chosen bound a release record states, or None (a fixed bound, or fields missing).
+
+    The one reading of the record's fields for every display (the report and the jobs'
+    terminal summary): ``contribution_bounds`` holds the bound and its cap, ``accuracy`` the
+    epsilon of the choice.
+    """
+    bounds = release.get("contribution_bounds") or {}
+    accuracy = release.get("accuracy") or {}
+    values: tuple[Any, ...] = (
+        bounds.get("max_contributions_per_unit"),
+        bounds.get("max_contributions_cap"),
+        accuracy.get("epsilon_bound_choice"),
+        release.get("epsilon"),
+    )
+    numbers = [float(x) for x in values if _is_number(x)]
+    if len(numbers) != len(values):
+        return None
+    chosen, cap, part, whole = numbers
+    return ChosenBound(int(chosen), int(cap), part, whole)

@@ -31,6 +31,7 @@ from beam_dp.io.report_format import (
     _label,
     _param,
     _row_label,
+    chosen_bound,
     format_number,
 )
 
@@ -58,22 +59,14 @@ def _half_width(release: Mapping[str, Any]) -> float | None:
 
 
 def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
-    """The rows per person a ``max_contributions="auto"`` release chose (a DP output), if any."""
-    bounds = release.get("contribution_bounds") or {}
-    accuracy = release.get("accuracy") or {}
-    values: tuple[Any, ...] = (
-        bounds.get("max_contributions_per_unit"),
-        bounds.get("max_contributions_cap"),
-        accuracy.get("epsilon_bound_choice"),
-        release.get("epsilon"),
-    )
-    numbers = [float(x) for x in values if _is_number(x)]
-    if len(numbers) != len(values):
+    """The rows per person a ``max_contributions="auto"`` release chose, in words, if any."""
+    chosen = chosen_bound(release)
+    if chosen is None:
         return []
-    chosen, cap, part, whole = numbers
     return [
-        f"rows per person: {int(chosen)} of at most {int(cap)}, chosen privately with ε "
-        f"{format_number(part)} of this release's {format_number(whole)}"
+        f"rows per person: {chosen.bound} of at most {chosen.cap}, chosen privately with ε "
+        f"{format_number(chosen.epsilon_choice)} of this release's "
+        f"{format_number(chosen.epsilon_release)}"
     ]
 
 
