@@ -28,7 +28,7 @@ __all__ = ["EncodeBatches", "is_heartbeat"]
 
 _NAMESPACE = "beam_dp"
 _PROGRESS_EVERY = 1_000_000
-_LOG = logging.getLogger("beam_dp.beam.bounding")
+_LOG = logging.getLogger(__name__)
 
 
 def is_heartbeat(batch: object) -> bool:
