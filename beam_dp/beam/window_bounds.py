@@ -381,7 +381,9 @@ class _TaggedWindows(NonMergingWindowFn):
         return isinstance(other, _TaggedWindows) and self._windowfn == other._windowfn
 
     def __hash__(self) -> int:
-        return hash((type(self), self._windowfn))
+        # Equal exactly when the wrapped WindowFns are equal (__eq__): their hash suffices, and
+        # leaves out type(self), whose hash is its address in this process.
+        return hash(self._windowfn)
 
 
 def _drop_tag(element: tuple[_WindowTag, Any]) -> Any:
