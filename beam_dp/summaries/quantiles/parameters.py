@@ -43,8 +43,8 @@ __all__ = [
     "selection_loss",
 ]
 
-Split = Literal["auto", "recursive", "independent"]
-SPLITS: tuple[Split, ...] = ("auto", "recursive", "independent")
+Split = Literal["auto", "recursive", "joint", "independent"]
+SPLITS: tuple[Split, ...] = ("auto", "recursive", "joint", "independent")
 
 #: The many-quantile method used unless one is asked for: ``"auto"`` is the recursive split
 #: whenever it composes fewer rounds than independent selections (m >= 3), else independent

@@ -37,6 +37,7 @@ from beam_dp.summaries.quantiles.parameters import (
     parse_quantiles,
     selection_loss,
 )
+from beam_dp.summaries.quantiles.joint import pair_loss, pair_sensitivity
 from beam_dp.summaries.quantiles.recursive import level_budget, recursion_levels
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
@@ -69,6 +70,15 @@ class QuantileNode:
     path_loss: float
     left: int | None = None
     right: int | None = None
+    second_target: int | None = None
+    second_alpha: Fraction | None = None
+    middle: int | None = None
+
+    @property
+    def targets(self) -> tuple[int, ...]:
+        if self.second_target is None:
+            return (self.target,)
+        return (self.target, self.second_target)
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,7 @@ class QuantilePlan(PlanBase):
     @property
     def rounds(self) -> int:
         """Sequential rounds composed: the levels (recursive) or the selections (independent)."""
-        return self.levels if self.split == "recursive" else len(self.nodes)
+        return len(self.nodes) if self.split == "independent" else self.levels
 
     @property
     def sensitivity(self) -> Fraction:
@@ -104,7 +114,7 @@ class QuantilePlan(PlanBase):
 
     def rank_errors(self) -> tuple[float, ...]:
         """Rank-error bound (the ``l`` part) of each requested quantile, in request order."""
-        by_target = {node.target: node.path_loss for node in self.nodes}
+        by_target = {target: node.path_loss for node in self.nodes for target in node.targets}
         per_distinct = [by_target[i] for i in range(len(self.distinct))]
         if self.split == "independent":
             # Outputs are sorted: each is then within the largest of the bounds.
@@ -148,38 +158,69 @@ class _Layout:
         for i, alpha in enumerate(self.distinct):
             self.nodes.append(self.node(i, alpha, 1, per, self.relation))
 
-    def recursive(
+    def tree(
         self,
-        lo: int,
-        hi: int,
-        a_lo: Fraction,
-        a_hi: Fraction,
+        span: tuple[int, int],
+        branch: tuple[Fraction, Fraction],
         level: int,
+        depth: int,
         above: float,
         eps: Fraction,
     ) -> int:
-        """Lay out the subtree of quantiles ``distinct[lo..hi]`` (branch ``[a_lo, a_hi]``)."""
-        mid = (lo + hi) // 2
-        alpha = bounded((self.distinct[mid] - a_lo) / (a_hi - a_lo))  # relative to the branch
+        """A single node at the middle quantile whenever its sides fit the levels left, else a
+        joint node of two quantiles with three near-equal branches."""
+        lo, hi = span
+        size = hi - lo + 1
+        single_fits = size <= 2**depth - 1 or size - 1 <= 2 * (3 ** (depth - 1) - 1)
+        if single_fits or size < 2:
+            picks: tuple[int, ...] = ((lo + hi) // 2,)
+        else:
+            sides, extra = divmod(size - 2, 3)
+            first = lo + sides + (1 if extra == 2 else 0)
+            picks = (first, first + 1 + sides + (1 if extra == 1 else 0))
+        a_lo, a_hi = branch
+        alphas = [bounded((self.distinct[p] - a_lo) / (a_hi - a_lo)) for p in picks]
         node_relation, node_epsilon = level_budget(level, self.relation, eps)
-        node = self.node(mid, alpha, level, node_epsilon, node_relation)
-        path = above + node.loss_bound
+        if len(picks) == 1:
+            delta = point_sensitivity(alphas[0], node_relation, self.k)
+            bound = selection_loss(self.num_candidates, node_epsilon, delta, self.confidence)
+        else:
+            delta = pair_sensitivity((alphas[0], alphas[1]), node_relation, self.k)
+            bound = pair_loss(self.num_candidates, node_epsilon, delta, self.confidence)
+        path = above + bound
         index = len(self.nodes)
-        self.nodes.append(node)
-        split = self.distinct[mid]
-        left = self.recursive(lo, mid - 1, a_lo, split, level + 1, path, eps) if lo < mid else None
-        right = self.recursive(mid + 1, hi, split, a_hi, level + 1, path, eps) if mid < hi else None
+        self.nodes.append(
+            QuantileNode(picks[0], alphas[0], level, node_epsilon, node_relation, delta, bound, path)
+        )
+        edges = [lo - 1, *picks, hi + 1]
+        limits = [a_lo, *(self.distinct[p] for p in picks), a_hi]
+        children = [
+            self.tree(
+                (edges[i] + 1, edges[i + 1] - 1),
+                (limits[i], limits[i + 1]),
+                level + 1,
+                depth - 1,
+                path,
+                eps,
+            )
+            if edges[i + 1] - edges[i] > 1
+            else None
+            for i in range(len(picks) + 1)
+        ]
         self.nodes[index] = QuantileNode(
-            mid,
-            alpha,
+            picks[0],
+            alphas[0],
             level,
             node_epsilon,
             node_relation,
-            node.sensitivity,
-            node.loss_bound,
+            delta,
+            bound,
             path,
-            left,
-            right,
+            left=children[0],
+            right=children[-1],
+            second_target=picks[1] if len(picks) == 2 else None,
+            second_alpha=alphas[1] if len(picks) == 2 else None,
+            middle=children[1] if len(picks) == 2 else None,
         )
         return index
 
@@ -228,8 +269,9 @@ def plan_quantiles(
         layout.independent(base.epsilon)
         levels = 1
     else:
-        levels = recursion_levels(m)
-        layout.recursive(0, m - 1, Fraction(0), Fraction(1), 1, 0.0, base.epsilon / levels)
+        levels = recursion_levels(m, 3 if chosen_split == "joint" else 2)
+        eps = base.epsilon / levels
+        layout.tree((0, m - 1), (Fraction(0), Fraction(1)), 1, levels, 0.0, eps)
         if max(node.level for node in layout.nodes) != levels:  # pragma: no cover
             raise AssertionError("the recursion tree is deeper than its epsilon split assumed")
     return QuantilePlan(
@@ -260,7 +302,9 @@ def quantile_rounds(quantiles: Sequence[float | Fraction], split: str = DEFAULT_
     """
     m = len(set(parse_quantiles(quantiles)))
     chosen = _resolved(check_split(split), m)
-    return recursion_levels(m) if chosen == "recursive" else m
+    if chosen == "independent":
+        return m
+    return recursion_levels(m, 3 if chosen == "joint" else 2)
 
 
 def rank_errors(plan: QuantilePlan) -> tuple[float, ...]:

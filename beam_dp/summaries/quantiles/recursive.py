@@ -53,6 +53,7 @@ import numpy.typing as npt
 from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource, as_random_source
 from beam_dp.summaries.histogram import Grid
+from beam_dp.summaries.quantiles.joint import pair_scores, select_pair
 from beam_dp.summaries.quantiles.parameters import HistogramLike, RngLike, dense_counts
 from beam_dp.summaries.quantiles.utility import QuantileSelection, select_point
 
@@ -64,9 +65,12 @@ __all__ = ["level_budget", "recursion_levels", "select_quantiles"]
 IntArray = npt.NDArray[np.int64]
 
 
-def recursion_levels(num_quantiles: int) -> int:
-    """``D = ceil(log2(m + 1))``: the depth of the recursion over ``m`` distinct quantiles."""
-    return max(1, math.ceil(math.log2(num_quantiles + 1)))
+def recursion_levels(num_quantiles: int, branching: int = 2) -> int:
+    """The smallest ``D >= 1`` with ``branching**D - 1 >= m``."""
+    levels = 1
+    while branching**levels - 1 < num_quantiles:
+        levels += 1
+    return levels
 
 
 def level_budget(
@@ -176,6 +180,22 @@ def _select_node(
     )
 
 
+def _select_pair_node(
+    counts: IntArray,
+    branch: _Branch,
+    node: QuantileNode,
+    plan: QuantilePlan,
+    source: RandomSource,
+) -> tuple[int, int]:
+    assert node.second_alpha is not None
+    less, greater, scale = branch.less_greater(counts)
+    first, second, common = pair_scores(less, greater, (node.alpha, node.second_alpha))
+    rate = node.epsilon / (2 * node.sensitivity * common * scale)
+    low, _ = branch.candidates
+    i, j = select_pair(first, second, rate, source)
+    return low + i, low + j
+
+
 def select_quantiles(
     histogram: HistogramLike, grid: Grid, plan: QuantilePlan, *, rng: RngLike = None
 ) -> QuantileSelection:
@@ -214,13 +234,18 @@ def select_quantiles(
         while stack:
             index, branch = stack.pop()
             node = plan.nodes[index]
-            picked = _select_node(counts, grid, branch, node, plan, source)
-            chosen[node.target] = picked
-            left, right = branch.split(picked)
-            if node.left is not None:
-                stack.append((node.left, left))
-            if node.right is not None:
-                stack.append((node.right, right))
+            if node.second_target is None:
+                picked = _select_node(counts, grid, branch, node, plan, source)
+                chosen[node.target] = picked
+                left, right = branch.split(picked)
+                children = [(node.left, left), (node.right, right)]
+            else:
+                first, second = _select_pair_node(counts, branch, node, plan, source)
+                chosen[node.target], chosen[node.second_target] = first, second
+                left, rest = branch.split(first)
+                middle, right = rest.split(second)
+                children = [(node.left, left), (node.middle, middle), (node.right, right)]
+            stack.extend((child, part) for child, part in children if child is not None)
     position = {q: i for i, q in enumerate(plan.distinct)}
     indices = tuple(chosen[position[q]] for q in plan.quantiles)
     return QuantileSelection(

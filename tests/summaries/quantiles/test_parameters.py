@@ -59,7 +59,7 @@ def test_bad_quantiles_are_named(quantiles: Any, error: type, message: str) -> N
         ({"epsilon": math.inf}, "'epsilon' must be > 0"),
         ({"relation": "swap"}, "'relation'"),
         ({"method": "laplace"}, "'method'"),
-        ({"split": "joint"}, "'split'"),
+        ({"split": "jiont"}, "'split'"),
         ({"confidence": 1.0}, "'confidence'"),
         ({"max_contributions": 0}, "'max_contributions'"),
         ({"num_candidates": 0}, "'num_candidates'"),

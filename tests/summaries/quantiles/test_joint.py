@@ -1,0 +1,168 @@
+"""EXPERIMENT (branch experiment/joint-split): the joint pair's sensitivity, exact law, exact
+pmf on neighbours, audit, three-way split weights and the joint plan's layout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from stats_helpers import FPR, audited_epsilon_lower_bound, chi_square_pvalue
+
+from beam_dp.mechanisms import SecureRandom
+from beam_dp.summaries.histogram import Grid
+from beam_dp.summaries.quantiles import plan_quantiles
+from beam_dp.summaries.quantiles.joint import pair_scores, pair_sensitivity, select_pair
+from beam_dp.summaries.quantiles.recursive import _Branch
+
+GRID = Grid.uniform(0.0, 6.0, 7)
+PAIRS = [
+    (Fraction(1, 3), Fraction(2, 3)),
+    (Fraction(1, 4), Fraction(1, 2)),
+    (Fraction(1, 10), Fraction(9, 10)),
+    (Fraction(2, 5), Fraction(1, 2)),
+]
+
+
+def pair_utility(values: np.ndarray, alphas: tuple[Fraction, Fraction]) -> dict:
+    counts = GRID.histogram(values).counts()
+    less, greater, scale = _Branch(0, GRID.num_slots - 1).less_greater(counts)
+    first, second, common = pair_scores(less, greater, alphas)
+    n = len(GRID.points)
+    return {
+        (i, j): Fraction(
+            abs(int(first[i])) + abs(int(second[j])) + abs(int(second[j]) - int(first[i])),
+            common * scale,
+        )
+        for i in range(n)
+        for j in range(i, n)
+    }
+
+
+def _neighbours(rng: np.random.Generator, relation: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    pool = np.concatenate([GRID.points, rng.uniform(-1.0, 7.0, 12)])
+    base = rng.choice(pool, size=int(rng.integers(0, 14)))
+    unit = rng.choice(pool, size=k)
+    if relation == "add_remove":
+        return np.concatenate([base, unit]), base
+    return np.concatenate([base, unit]), np.concatenate([base, rng.choice(pool, size=k)])
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_pair_sensitivity_bounds_every_neighbour(relation: str, k: int) -> None:
+    rng = np.random.default_rng(11 + k)
+    for alphas in PAIRS:
+        bound = pair_sensitivity(alphas, relation, k)  # type: ignore[arg-type]
+        worst = Fraction(0)
+        for _ in range(150):
+            x, y = _neighbours(rng, relation, k)
+            u, v = pair_utility(x, alphas), pair_utility(y, alphas)
+            worst = max(worst, max(abs(u[p] - v[p]) for p in u))
+        assert worst <= bound
+        assert worst >= bound * Fraction(3, 4)
+
+
+def pair_law(values: np.ndarray, alphas: tuple[Fraction, Fraction], epsilon: float) -> dict:
+    delta = pair_sensitivity(alphas, "add_remove", 1)
+    u = pair_utility(values, alphas)
+    logs = {p: -epsilon * float(value) / (2 * float(delta)) for p, value in u.items()}
+    top = max(logs.values())
+    weights = {p: math.exp(value - top) for p, value in logs.items()}
+    total = sum(weights.values())
+    return {p: w / total for p, w in weights.items()}
+
+
+def pair_sampler(
+    values: np.ndarray, alphas: tuple[Fraction, Fraction], epsilon: Fraction
+) -> Callable[[], tuple[int, int]]:
+    counts = GRID.histogram(values).counts()
+    less, greater, scale = _Branch(0, GRID.num_slots - 1).less_greater(counts)
+    first, second, common = pair_scores(less, greater, alphas)
+    delta = pair_sensitivity(alphas, "add_remove", 1)
+    rate = epsilon / (2 * delta * common * scale)
+    source = SecureRandom()
+    return lambda: select_pair(first, second, rate, source)
+
+
+def test_select_pair_follows_the_exact_law() -> None:
+    values = np.array([0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.5, 5.0, 6.0, 6.0])
+    alphas = (Fraction(1, 3), Fraction(2, 3))
+    law = pair_law(values, alphas, 1.5)
+    pairs = sorted(law)
+    draw = pair_sampler(values, alphas, Fraction(3, 2))
+    observed = np.zeros(len(pairs), dtype=np.int64)
+    position = {p: i for i, p in enumerate(pairs)}
+    for _ in range(6_000):
+        observed[position[draw()]] += 1
+    assert chi_square_pvalue(observed, np.array([law[p] for p in pairs])) > FPR
+
+
+def test_the_joint_law_loses_at_most_epsilon_on_random_neighbours() -> None:
+    rng = np.random.default_rng(23)
+    worst, broken = 0.0, 0.0
+    for alphas in PAIRS:
+        for _ in range(60):
+            x, y = _neighbours(rng, "add_remove", 1)
+            p, q = pair_law(x, alphas, 1.0), pair_law(y, alphas, 1.0)
+            worst = max(worst, max(abs(math.log(p[z] / q[z])) for z in p))
+            p2, q2 = pair_law(x, alphas, 2.0), pair_law(y, alphas, 2.0)
+            broken = max(broken, max(abs(math.log(p2[z] / q2[z])) for z in p2))
+    assert worst <= 1.0 + 1e-9
+    assert broken > 1.2
+
+
+AUDIT_EPSILON = 2
+AUDIT_X = np.array([4.0, 4.0, 4.0, 2.0, 6.0, 0.0])
+AUDIT_NEIGHBOUR = np.array([4.0, 4.0, 4.0, 2.0, 0.0])
+AUDIT_ALPHAS = (Fraction(1, 3), Fraction(2, 3))
+AUDIT_TRIALS = 5_000
+
+
+def _audit_event() -> set[tuple[int, int]]:
+    p = pair_law(AUDIT_NEIGHBOUR, AUDIT_ALPHAS, 2.0 * AUDIT_EPSILON)
+    q = pair_law(AUDIT_X, AUDIT_ALPHAS, 2.0 * AUDIT_EPSILON)
+    return set(sorted(p, key=lambda z: -p[z] / q[z])[:8])
+
+
+def _audited(epsilon: Fraction) -> float:
+    event = _audit_event()
+
+    def hits(values: np.ndarray) -> int:
+        draw = pair_sampler(values, AUDIT_ALPHAS, epsilon)
+        return sum(draw() in event for _ in range(AUDIT_TRIALS))
+
+    return audited_epsilon_lower_bound(hits(AUDIT_NEIGHBOUR), hits(AUDIT_X), AUDIT_TRIALS)
+
+
+@pytest.mark.slow
+def test_the_joint_selection_passes_the_audit() -> None:
+    assert _audited(Fraction(AUDIT_EPSILON)) <= AUDIT_EPSILON
+
+
+@pytest.mark.slow
+def test_the_audit_catches_a_joint_selection_at_twice_epsilon() -> None:
+    assert _audited(Fraction(2 * AUDIT_EPSILON)) > AUDIT_EPSILON
+
+
+def test_a_three_way_split_weighs_each_value_at_most_one() -> None:
+    for i, j in [(2, 5), (3, 3), (0, 0), (0, 9), (9, 9)]:
+        left, rest = _Branch(0, 20).split(i)
+        middle, right = rest.split(j)
+        for slot in range(21):
+            parts = [b for b in (left, middle, right) if b.first <= slot <= b.last]
+            assert sum((b.weight(slot) for b in parts), Fraction(0)) <= 1
+        assert middle.candidates == (i, j)
+
+
+@pytest.mark.parametrize("m", range(1, 31))
+def test_the_joint_plan_uses_the_fewest_levels(m: int) -> None:
+    quantiles = [Fraction(i, m + 1) for i in range(1, m + 1)]
+    plan = plan_quantiles(quantiles, epsilon=1, num_candidates=100, split="joint")
+    levels = 1
+    while 3**levels - 1 < m:
+        levels += 1
+    assert plan.levels == plan.rounds == levels == max(node.level for node in plan.nodes)
+    assert sorted(t for node in plan.nodes for t in node.targets) == list(range(m))
