@@ -287,7 +287,8 @@ def report(
         f"{'swap' if args.swap else 'add/remove'}, {args.trials} trials per cell, "
         f"grid {args.points:,}; peer: {peer_name}",
         "",
-        "| data | m | JointExp | default (auto) | recursive | joint | independent | default / JointExp |",
+        "| data | m | JointExp | default (auto) | recursive | joint | independent "
+        "| default / JointExp |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (distribution, m), cell in cells.items():

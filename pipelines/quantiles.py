@@ -91,11 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--split",
-        choices=["recursive", "independent"],
+        choices=["joint", "recursive", "independent"],
         default=None,
-        help="how several quantiles share epsilon: recursive (each chosen inside the range "
-        "the others leave) or independent (each on all the data with an equal share). "
-        "Default: recursive for three quantiles or more, independent for one or two",
+        help="how several quantiles share epsilon: joint (chosen one or two at a time, each "
+        "inside the range the others leave, in ceil(log3(m+1)) rounds), recursive (one at a "
+        "time, ceil(log2(m+1)) rounds) or independent (each on all the data with an equal "
+        "share). Default: joint for two quantiles or more",
     )
     add_method_argument(parser)
     add_name_argument(parser, "quantiles")

@@ -185,7 +185,7 @@ class QuantileSpec(GridReleaseSpec):
                 [float(q) for q in self.plan.quantiles],
                 rank_error=selection.rank_error,
                 confidence=self.confidence,
-                several_rounds=self.plan.split == "recursive",
+                several_rounds=self.plan.split in ("recursive", "joint"),
                 two_pass=self.cell_plan is not None,
             ),
         )

@@ -115,10 +115,13 @@ class _QuantileArgs(_ValueOptions, total=False):
     """The quantile family's own options (quantiles, median, min, max).
 
     Attributes:
-        split: for several quantiles: ``"auto"`` (default, chosen by measurement: the
-            recursive split for three quantiles or more, independent selections for one or
-            two), ``"recursive"`` (Kaplan-Schnapp-Stemmer) or ``"independent"``
-            (``epsilon / m`` each).
+        split: for several quantiles: ``"auto"`` (default, chosen by measurement: the joint
+            split for two quantiles or more), ``"joint"`` (a Kaplan-Schnapp-Stemmer recursion
+            in ``ceil(log3(m + 1))`` rounds whose nodes choose one quantile, or two at once
+            with JointExp's utility; pair nodes always use the exponential mechanism, and the
+            release is accounted under ``method``, never a tighter account),
+            ``"recursive"`` (Kaplan-Schnapp-Stemmer, ``ceil(log2(m + 1))`` rounds) or
+            ``"independent"`` (``epsilon / m`` each).
         refine: the coarse-to-fine option, for dense data (many values per grid cell). A
             first pass chooses, for each quantile, the cell of ``grid`` that holds it
             (``refine_fraction`` of epsilon, default 0.1); a second pass over the same data

@@ -456,7 +456,7 @@ def test_zcdp_share_the_two_rhos_fit_each_release_and_the_choice_spends_the_rest
     from beam_dp.accounting import PrivacyBudget
 
     budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
-    share = budget.spend("q", mechanism=method, epsilon=0.8, rounds=2)
+    share = budget.spend("q", mechanism=method, epsilon=0.8, rounds=1)
     transform = PrivateQuantiles.PerKey(
         [0.25, 0.75],
         lower=0.0,

@@ -151,7 +151,7 @@ def test_accumulators_are_grid_histograms_of_bounded_size() -> None:
         ({"max_contributions": 3}, ValueError, "'max_contributions' applies only"),
         ({"relation": "swap"}, ValueError, "'relation'"),
         ({"method": "laplace"}, ValueError, "'method'"),
-        ({"split": "joint"}, ValueError, "'split'"),
+        ({"split": "jointexp"}, ValueError, "'split'"),
         ({"confidence": 0.0}, ValueError, "'confidence'"),
         ({"refine": True, "refine_fraction": 1.0}, ValueError, "'refine_fraction'"),
         ({"refine_points": 10}, ValueError, "only with refine=True"),
@@ -192,11 +192,11 @@ def test_per_key_needs_public_keys_and_a_key_column() -> None:
 
 def test_budget_shares_must_be_allocated_and_match() -> None:
     budget = PrivacyBudget(2.0)
-    planned = budget.request("q", mechanism="permute_and_flip", rounds=2)
+    planned = budget.request("q", mechanism="permute_and_flip", rounds=1)
     with pytest.raises(ValueError, match="finalize"):
         PrivateQuantiles.Globally([0.25, 0.75], lower=0, upper=1, epsilon=planned, unit_column=None)
     budget.finalize()
-    with pytest.raises(ValueError, match="rounds=3"):
+    with pytest.raises(ValueError, match="rounds=2"):  # the joint split: ceil(log3(4 + 1))
         PrivateQuantiles.Globally(
             [0.25, 0.5, 0.75, 0.9], lower=0, upper=1, epsilon=planned, unit_column=None
         )
@@ -207,7 +207,7 @@ def test_budget_shares_must_be_allocated_and_match() -> None:
     transform = PrivateQuantiles.Globally(
         [0.25, 0.75], lower=0, upper=1, epsilon=planned, unit_column=None
     )
-    assert transform.plan.rounds == 2 and transform.plan.epsilon == Fraction(2.0)
+    assert transform.plan.rounds == 1 and transform.plan.epsilon == Fraction(2.0)
 
 
 def test_labels_and_display_data_describe_the_release() -> None:
@@ -226,8 +226,8 @@ def test_labels_and_display_data_describe_the_release() -> None:
     assert transform.default_label() == "PrivateQuantiles.PerKey(latency)"
     shown = transform.display_data()
     assert shown["epsilon"] == 2.0 and shown["epsilon_per_key"] == 1.0
-    assert shown["num_points"] == 1_000_000 and shown["split"] == "independent"  # auto, m = 2
-    assert shown["num_keys"] == 3 and shown["rounds"] == 2
+    assert shown["num_points"] == 1_000_000 and shown["split"] == "joint"  # auto, m = 2
+    assert shown["num_keys"] == 3 and shown["rounds"] == 1
     assert "max_contributions_per_unit': 4" in shown["contribution_bounds"]
     assert (
         PrivateMedian.Globally(lower=0, upper=1, epsilon=1.0, unit_column=None).default_label()

@@ -1,23 +1,28 @@
-"""EXPERIMENT (branch experiment/joint-split, not on main): two quantiles chosen jointly.
+"""Two quantiles chosen jointly: one exponential mechanism over sorted pairs of grid points.
 
 Utility: for ``alpha_1 < alpha_2`` and grid points ``r_1 <= r_2``, with the signed
-single-quantile scores ``e_j = (1 - alpha_j) L(r_j) - alpha_j G(r_j)``,
-``U = |e_1| + |e_2| + lambda |e_2 - e_1|`` (``lambda = COUPLING``; 1 is JointExp's utility,
-the total variation of the path ``0, e_1, e_2, 0``). Add/remove sensitivity: the largest of
-``|d_1| + |d_2| + lambda |d_2 - d_1|`` over the six move patterns of one value
-(``2 (1 - min gap)`` for lambda = 1); replace: 2 per value.
+single-quantile scores ``e_j = (1 - alpha_j) L(r_j) - alpha_j G(r_j)`` (``L``, ``G``: rows
+below and above; tie-neutral), ``U = |e_1| + |e_2| + |e_2 - e_1|``: JointExp's utility (Gillenwater,
+Joseph and Kulesza 2021), the total variation of the path ``0, e_1, e_2, 0``. It equals
+``2 R`` with ``R = max(0, e_1, e_2) - min(0, e_1, e_2)``.
 
-Sampling: both points from the exact exponential mechanism on ``|e_1|`` and ``|e_2|``,
-accepted when sorted by an exact Bernoulli(exp(-c lambda |e_2 - e_1|)) coin. Exact, ends with
-probability 1, **but a round accepts with probability Z_U / (Z_1 Z_2), which is astronomically
-small when both quantiles fall in one block of tied values** (then ``e_1 > 0 > e_2`` at the
-tied point and the slack ``|e_2 - e_1|`` is a large fraction of n). This is why the split was
-not merged: see benchmarks/RESULTS.md, "Against the original JointExp, per range of m".
+Sensitivity: under add/remove, the largest of ``|d_1| + |d_2| + |d_2 - d_1|`` over the six
+ways one value can move the two scores, ``2 (1 - min gap)`` per value; under replace, 2 per
+value (:func:`pair_sensitivity`; tested by brute force on every neighbour of small datasets).
+
+Sampling (:func:`select_pair`) is exact and never stalls. The sorted pairs split into six
+pieces by the signs of ``a = e_1(r_1)`` and ``b = e_2(r_2)``; on each, ``R`` is a sum of
+terms of one grid point each (``|a| + b``, ``a + |b|``) or the larger of two such terms,
+which splits again into pieces weighted by one grid point with a count of partners. Each
+piece is sampled by rejection from a power-of-two envelope of ``exp(-2 rate R)``
+(:mod:`beam_dp.mechanisms.dyadic`), whose masses are exact integers; a round accepts with
+probability at least 1/130 whatever the data (in practice one round in one to five).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -25,17 +30,13 @@ import numpy.typing as npt
 
 from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource
-from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
-from beam_dp.mechanisms.selection import exponential_gaps
+from beam_dp.mechanisms.dyadic import CLAMP, bernoulli_envelope, envelope_exponents
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.quantiles.parameters import selection_loss
 
 __all__ = ["pair_loss", "pair_scores", "pair_sensitivity", "select_pair"]
 
 IntArray = npt.NDArray[np.int64]
-
-#: The weight ``lambda`` of the middle term.
-COUPLING = Fraction(1)
 
 
 def pair_sensitivity(
@@ -50,7 +51,7 @@ def pair_sensitivity(
         (h1 - low, h2 - high)
         for h1, h2 in ((0, 0), (0, high), (0, 1), (low, high), (low, 1), (1, 1))
     ]
-    largest = max(abs(d1) + abs(d2) + COUPLING * abs(d2 - d1) for d1, d2 in moves)
+    largest = max(abs(d1) + abs(d2) + abs(d2 - d1) for d1, d2 in moves)
     return Fraction(largest) * Fraction(k)
 
 
@@ -74,18 +75,229 @@ def pair_scores(
     return signed[0], signed[1], common
 
 
+@dataclass(frozen=True)
+class _Family:
+    """Weighted grid points of one side of a piece.
+
+    Member ``r`` is grid point ``positions[r]`` with ``counts[r]`` pairs attached (1 for a
+    product piece), target weight ``exp(-rate2 * offsets[r])`` per pair (``offsets`` are the
+    scores minus their minimum ``floor``) and envelope weight ``2**-exponents[r]`` per pair.
+    Members are grouped by exponent: level ``s`` holds ``members[starts[s]:starts[s + 1]]``,
+    whose counts sum to ``level_counts[s]``, and ``total = sum_s level_counts[s] 2**(CLAMP - s)``
+    is the family's envelope mass times ``2**CLAMP``.
+    """
+
+    positions: IntArray
+    offsets: IntArray
+    counts: IntArray
+    floor: int
+    exponents: IntArray
+    members: IntArray
+    cumulative: IntArray
+    starts: IntArray
+    level_counts: tuple[int, ...]
+    total: int
+
+
+def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Fraction) -> _Family:
+    keep = counts > 0
+    positions, scores, counts = positions[keep], scores[keep], counts[keep]
+    floor = int(scores.min())
+    offsets = scores - floor
+    exponents = envelope_exponents(float(rate2) * offsets.astype(np.float64))
+    members = np.argsort(exponents, kind="stable")
+    cumulative = np.cumsum(counts[members])
+    starts = np.searchsorted(exponents[members], np.arange(CLAMP + 2), side="left")
+    ends = np.concatenate([[0], cumulative])[starts]
+    level_counts = tuple(int(x) for x in np.diff(ends))
+    total = sum(c << (CLAMP - s) for s, c in enumerate(level_counts))
+    return _Family(
+        positions,
+        offsets,
+        counts,
+        floor,
+        exponents,
+        members,
+        cumulative,
+        starts,
+        level_counts,
+        total,
+    )
+
+
+def _draw(family: _Family, source: RandomSource) -> int:
+    """A member with probability proportional to ``counts * 2**-exponent`` (exactly)."""
+    r = source.randbelow(family.total)
+    for level, count in enumerate(family.level_counts):
+        mass = count << (CLAMP - level)
+        if r < mass:
+            before = int(family.cumulative[family.starts[level] - 1]) if family.starts[level] else 0
+            target = before + source.randbelow(count)
+            k = int(np.searchsorted(family.cumulative, target, side="right"))
+            return int(family.members[k])
+        r -= mass
+    raise AssertionError("unreachable: r < total")  # pragma: no cover
+
+
+def _accept(family: _Family, member: int, rate2: Fraction, source: RandomSource) -> bool:
+    """``Bernoulli(exp(-rate2 * offset) * 2**exponent)`` for the member (exact)."""
+    y = rate2 * int(family.offsets[member])
+    return bernoulli_envelope(y, int(family.exponents[member]), source)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Pairs whose utility separates into one or two families plus a constant.
+
+    ``product``: pairs ``(first member, second member)``, kept when sorted. Otherwise one
+    family of grid points ``i`` (``grouped == "first"``) or ``j`` (``"second"``), each with
+    its partners uniform on ``[low[r], high[r]]``.
+    """
+
+    families: tuple[_Family, ...]
+    grouped: str
+    low: IntArray | None = None
+    high: IntArray | None = None
+
+
+def _pieces(first: IntArray, second: IntArray, rate2: Fraction) -> list[_Piece]:
+    """The six pieces of ``{(i, j): i <= j}`` by the signs of ``a_i = first[i]`` and
+    ``b_j = second[j]``; on each, ``R = max(0, a, b) - min(0, a, b)`` separates."""
+    a, b = first, second
+    d = a.size
+    grid = np.arange(d, dtype=np.int64)
+    i0 = int(np.searchsorted(a, 0, side="right"))  # a > 0 from here
+    j1 = int(np.searchsorted(b, 0, side="left")) - 1  # b < 0 up to here
+    ones = np.ones(d, dtype=np.int64)
+    pieces: list[_Piece] = []
+
+    def product(ri: slice, xi: IntArray, rj: slice, xj: IntArray) -> None:
+        pieces.append(
+            _Piece(
+                (
+                    _family(grid[ri], xi, ones[ri], rate2),
+                    _family(grid[rj], xj, ones[rj], rate2),
+                ),
+                "product",
+            )
+        )
+
+    def grouped(side: str, at: slice, scores: IntArray, low: IntArray, high: IntArray) -> None:
+        counts = np.maximum(high - low + 1, 0)
+        if counts.any():
+            keep = counts > 0
+            family = _family(grid[at], scores, counts, rate2)
+            pieces.append(_Piece((family,), side, low[keep], high[keep]))
+
+    # A: a <= 0 <= b, R = |a| + b (sorted except when every score is 0).
+    if i0 > 0 and j1 + 1 < d:
+        product(slice(0, i0), -a[:i0], slice(j1 + 1, d), b[j1 + 1 :])
+    # D: a > 0 > b, R = a + |b|; sorted pairs lie in the square [i0, j1]**2.
+    if i0 <= j1:
+        product(slice(i0, j1 + 1), a[i0 : j1 + 1], slice(i0, j1 + 1), -b[i0 : j1 + 1])
+    # B: a > 0, b >= 0, R = max(a, b). B1: b <= a (weight by i). B2: b > a (weight by j).
+    if i0 < d and j1 + 1 < d:
+        at = slice(i0, d)
+        low = np.maximum(grid[at], j1 + 1)
+        high = np.searchsorted(b, a[at], side="right").astype(np.int64) - 1
+        grouped("first", at, a[at], low, high)
+        at = slice(j1 + 1, d)
+        low = np.full(d - j1 - 1, i0, dtype=np.int64)
+        high = np.minimum(grid[at], np.searchsorted(a, b[at], side="left").astype(np.int64) - 1)
+        grouped("second", at, b[at], low, high)
+    # C: a <= 0, b < 0, R = max(|a|, |b|). C1: b >= a (weight by i). C2: b < a (by j).
+    if i0 > 0 and j1 >= 0:
+        at = slice(0, i0)
+        low = np.maximum(grid[at], np.searchsorted(b, a[at], side="left").astype(np.int64))
+        high = np.full(i0, j1, dtype=np.int64)
+        grouped("first", at, -a[at], low, high)
+        at = slice(0, j1 + 1)
+        low = np.searchsorted(a, b[at], side="right").astype(np.int64)
+        high = np.minimum(grid[at], i0 - 1)
+        grouped("second", at, -b[at], low, high)
+    return pieces
+
+
 def select_pair(
     first: IntArray, second: IntArray, rate: Fraction, source: RandomSource
 ) -> tuple[int, int]:
-    if first.shape != second.shape or first.size == 0:
+    """Draw ``i <= j`` with probability proportional to ``exp(-rate * U(i, j))``, exactly.
+
+    ``U = |a_i| + |b_j| + |b_j - a_i| = 2 R`` with ``a = first``, ``b = second`` (both
+    non-decreasing) and ``R = max(0, a_i, b_j) - min(0, a_i, b_j)``. See the module for the
+    envelope and :func:`_pair_rounds` for the proof that a round accepts with probability at
+    least 1/16.
+    """
+    i, j, _ = _pair_rounds(first, second, rate, source)
+    return i, j
+
+
+def _pair_rounds(
+    first: IntArray, second: IntArray, rate: Fraction, source: RandomSource
+) -> tuple[int, int, int]:
+    """:func:`select_pair`, also returning the number of rounds it took.
+
+    Rejection from a dyadic envelope over six pieces. Each piece's utility is a constant
+    ``R_p`` (its least value) plus offsets of one grid point each, so its envelope
+    ``2**-s_p * prod 2**-s(member)`` is an exact dyadic rational whose sum over the piece
+    factorises. A round picks a piece in proportion to its envelope mass, members in
+    proportion to their envelope weights (and a grouped piece's partner uniformly), and
+    accepts when the pair is sorted and every coin ``exp(-y) 2**s`` succeeds: an accepted pair
+    has probability proportional to ``exp(-2 rate (R - R_0))``, the target.
+
+    Why a round accepts with probability at least 1/130, whatever the data:
+
+    * every coin is at least 1/4 unless its exponent is clamped; at most three coins apply
+      (the piece's constant and one per family), so an unclamped sorted pair keeps >= 1/64
+      of its envelope weight;
+    * unsorted pairs occur only in the two product pieces. In A (``a <= 0 <= b``) every pair is
+      sorted unless all scores are 0, where the square is symmetric. In D (``a > 0 > b``) for
+      ``i > j`` the sorted pair ``(j, i)`` has at least the envelope weight of ``(i, j)``,
+      because envelope exponents are non-decreasing in ``a`` and ``|b|``, and ``a`` rises and
+      ``|b|`` falls along the grid. So sorted pairs hold at least half of each piece's mass;
+    * clamped exponents (weights below ``2**-CLAMP`` of the best) carry at most
+      ``6 d**2 2**-CLAMP`` of the mass while the best piece and member weigh 1.
+    """
+    a = np.asarray(first, dtype=np.int64)
+    b = np.asarray(second, dtype=np.int64)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise ValueError("'first' and 'second' must be non-empty and of one length")
-    distance = [np.abs(first), np.abs(second)]
-    gaps = [d - d.min() for d in distance]
+    if np.any(np.diff(a) < 0) or np.any(np.diff(b) < 0):
+        raise ValueError("'first' and 'second' must be non-decreasing along the grid")
+    rate2 = 2 * rate
+    pieces = _pieces(a, b, rate2)
+    floors = [sum(f.floor for f in piece.families) for piece in pieces]
+    least = min(floors)
+    constants = [rate2 * (floor - least) for floor in floors]
+    constant_exponents = envelope_exponents(np.array([float(c) for c in constants]))
+    weights = [
+        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - int(s))
+        for piece, s in zip(pieces, constant_exponents, strict=True)
+    ]
+    total = sum(weights)
+    rounds = 0
     while True:
-        i = exponential_gaps(gaps[0], rate, source)
-        j = exponential_gaps(gaps[1], rate, source)
+        rounds += 1
+        r = source.randbelow(total)
+        index = 0
+        while r >= weights[index]:
+            r -= weights[index]
+            index += 1
+        piece = pieces[index]
+        drawn = [_draw(f, source) for f in piece.families]
+        if piece.grouped == "product":
+            i = int(piece.families[0].positions[drawn[0]])
+            j = int(piece.families[1].positions[drawn[1]])
+        else:
+            assert piece.low is not None and piece.high is not None
+            member = drawn[0]
+            low, high = int(piece.low[member]), int(piece.high[member])
+            partner = low + source.randbelow(high - low + 1)
+            own = int(piece.families[0].positions[member])
+            i, j = (own, partner) if piece.grouped == "first" else (partner, own)
         if i > j:
             continue
-        middle = np.array([abs(int(second[j]) - int(first[i]))], dtype=np.int64)
-        if bernoulli_exp_multiples(rate * COUPLING, middle, source)[0]:
-            return i, j
+        if not bernoulli_envelope(constants[index], int(constant_exponents[index]), source):
+            continue
+        if all(_accept(f, m, rate2, source) for f, m in zip(piece.families, drawn, strict=True)):
+            return i, j, rounds

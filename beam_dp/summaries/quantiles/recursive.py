@@ -42,7 +42,6 @@ over the ``h`` selections on its path (see :mod:`.utility` for one selection);
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING

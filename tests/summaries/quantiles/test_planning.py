@@ -17,7 +17,7 @@ from beam_dp.summaries.quantiles import (
 def test_recursive_plan_spends_epsilon_once_per_level() -> None:
     quantiles = [i / 8 for i in range(1, 8)]  # 7 quantiles: a full tree of depth 3
 
-    plan = plan_quantiles(quantiles, epsilon=1.5, num_candidates=100)
+    plan = plan_quantiles(quantiles, epsilon=1.5, num_candidates=100, split="recursive")
 
     assert plan.split == "recursive" and plan.levels == plan.rounds == 3
     for level in (1, 2, 3):
@@ -30,14 +30,18 @@ def test_recursive_plan_spends_epsilon_once_per_level() -> None:
     assert children == {Fraction(1, 2)}  # 1/4 of the data below, 3/4 above: re-normalised
 
 
-@pytest.mark.parametrize(("m", "split"), [(1, "independent"), (2, "independent"), (3, "recursive")])
-def test_auto_split_recurses_when_that_composes_fewer_rounds(m: int, split: str) -> None:
+@pytest.mark.parametrize(
+    ("m", "split", "rounds"),
+    [(1, "independent", 1), (2, "joint", 1), (3, "joint", 2), (8, "joint", 2), (9, "joint", 3)],
+)
+def test_auto_split_is_the_joint_split_from_two_quantiles(m: int, split: str, rounds: int) -> None:
     quantiles = [(i + 1) / (m + 1) for i in range(m)]
 
     plan = plan_quantiles(quantiles, epsilon=1.0, num_candidates=10)
 
     assert plan.split == split
-    assert plan.rounds == min(m, math.ceil(math.log2(m + 1)))
+    assert plan.rounds == rounds == quantile_rounds(quantiles)
+    assert rounds <= min(m, math.ceil(math.log2(m + 1)))
 
 
 def test_replace_plan_uses_the_replace_sensitivity_at_the_root_only() -> None:

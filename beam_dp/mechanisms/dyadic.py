@@ -1,0 +1,182 @@
+"""Exact coins for sampling against power-of-two envelopes of ``exp(-y)``.
+
+A sampler whose target weights are ``exp(-y)`` for many rationals ``y`` can propose from the
+*dyadic envelope* ``2**-s`` with any integer ``0 <= s <= y / ln 2``: the envelope weights are
+exact rationals, so sums of them can be formed and sampled exactly with integer arithmetic,
+and the proposal is then accepted with probability ``exp(-y) * 2**s``, which is at most 1.
+
+* :func:`envelope_exponents` picks ``s = max(0, floor(y / ln 2 - 1))`` from a floating-point
+  estimate of ``y``. The ``- 1`` absorbs the estimate's error (a relative error near
+  ``2**-52`` on values below ``(CLAMP + 1) ln 2``), so ``s <= y / ln 2``; and
+  ``exp(-y) * 2**s >= 1 / 4``, which keeps the acceptance rate of an envelope above 1/4 per
+  factor. The coin re-checks ``s ln 2 <= y`` exactly and refuses otherwise. Estimates of
+  ``(CLAMP + 1) ln 2`` or more all get ``s = CLAMP`` (:func:`bernoulli_envelope`).
+* :func:`bernoulli_exp_times_power_of_two` flips ``Bernoulli(exp(-y) * 2**s)``, i.e.
+  ``Bernoulli(exp(-z))`` with the irrational ``z = y - s ln 2``. It splits ``exp(-z)`` into
+  three coins of ``exp(-z / 3)`` (``z / 3 < 1``) and flips each with the method of Canonne,
+  Kamath and Steinke (2020, Algorithm 1: draw ``A_k ~ Bernoulli(w / k)`` until the first
+  failure ``K``; ``P[K odd] = exp(-w)``). Each ``Bernoulli(w / k)`` compares a uniform ``U``
+  with ``z / (3k)``, i.e. ``3 k U + s ln 2`` with ``y``, using exact integer bounds on
+  ``ln 2`` and on ``U``, both refined 64 bits at a time until the comparison is decided. As
+  ``s ln 2`` is irrational for ``s >= 1``, equality never holds and each refinement decides
+  with probability at least ``1 - 2**-60``: the loop ends with probability 1.
+* :func:`bernoulli_half_power` flips ``Bernoulli(2**-k)`` for any ``k >= 0`` from ``k`` fair
+  bits, 64 at a time (it stops at the first nonzero word).
+
+No floating-point number enters a probability: the float estimate only chooses ``s``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+
+import numpy as np
+import numpy.typing as npt
+
+from beam_dp.mechanisms.bernoulli import bernoulli_exp
+from beam_dp.mechanisms.randomness import RandomSource
+
+__all__ = [
+    "CLAMP",
+    "bernoulli_envelope",
+    "bernoulli_exp_times_power_of_two",
+    "bernoulli_half_power",
+    "envelope_exponents",
+    "ln2_bounds",
+]
+
+_LN2 = math.log(2.0)
+
+#: The largest envelope exponent: weights below ``2**-CLAMP`` are rounded up to it.
+CLAMP = 202
+
+
+@functools.lru_cache(maxsize=64)
+def ln2_bounds(bits: int) -> tuple[int, int]:
+    """Integers ``(low, high)`` with ``low < 2**bits * ln 2 < high``.
+
+    ``ln 2 = sum_{k >= 1} 1 / (k 2**k)``. The first ``bits`` terms, each floored after scaling
+    by ``2**bits``, lose less than 1 each, and the rest of the series is below
+    ``1 / ((bits + 1) 2**bits)``, i.e. below 1 after scaling: so the scaled value lies strictly
+    between ``low`` and ``low + bits + 1``.
+    """
+    if bits < 1:
+        raise ValueError(f"'bits' must be >= 1; received {bits}")
+    scale = 1 << bits
+    low = sum(scale // (k << k) for k in range(1, bits + 1))
+    return low, low + bits + 1
+
+
+def envelope_exponents(estimates: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Envelope exponents for float estimates of ``y >= 0`` (see the module).
+
+    ``max(0, floor(y / ln 2 - 1))``, at most ``CLAMP - 1``; estimates of at least
+    ``(CLAMP + 1) ln 2`` get ``CLAMP`` itself, whose coin :func:`bernoulli_envelope` splits
+    off a fixed rational part, so huge ``y`` need no precise estimate.
+
+    Raises:
+        ValueError: if an estimate is negative or NaN.
+    """
+    estimates = np.asarray(estimates, dtype=np.float64)
+    if estimates.size and (np.isnan(estimates).any() or float(estimates.min()) < 0):
+        raise ValueError("envelope estimates must be >= 0")
+    small = estimates < (CLAMP + 1) * _LN2
+    exponents = np.full(estimates.shape, CLAMP, dtype=np.int64)
+    exponents[small] = np.maximum(np.floor(estimates[small] / _LN2 - 1.0), 0.0).astype(np.int64)
+    return exponents
+
+
+def bernoulli_half_power(k: int, source: RandomSource) -> bool:
+    """``Bernoulli(2**-k)``: ``k`` fair bits, all zero."""
+    if k < 0:
+        raise ValueError(f"'k' must be >= 0; received {k}")
+    while k >= 64:
+        if int(source.words64(1)[0]):
+            return False
+        k -= 64
+    if k == 0:
+        return True
+    return int(source.words64(1)[0]) >> (64 - k) == 0
+
+
+def _scaled_ln2_below(y: Fraction, sigma: int) -> bool:
+    """Whether ``sigma * ln 2 <= y``, exactly (decided with ever finer bounds on ln 2)."""
+    if sigma == 0:
+        return y >= 0
+    bits = 64
+    while True:
+        low, high = ln2_bounds(bits)
+        if sigma * Fraction(high, 1 << bits) <= y:
+            return True
+        if sigma * Fraction(low, 1 << bits) >= y:
+            return False
+        bits += 64
+
+
+def _below_z_over(y: Fraction, sigma: int, divisor: int, source: RandomSource) -> bool:
+    """``Bernoulli((y - sigma ln 2) / divisor)``, sigma >= 1: ``divisor U + sigma ln 2 < y``."""
+    u, u_bits = int(source.words64(1)[0]), 64
+    ln2_bits = 64
+    while True:
+        low, high = ln2_bounds(ln2_bits)
+        u_low = Fraction(divisor * u, 1 << u_bits)
+        u_high = Fraction(divisor * (u + 1), 1 << u_bits)
+        if u_high + sigma * Fraction(high, 1 << ln2_bits) <= y:
+            return True
+        if u_low + sigma * Fraction(low, 1 << ln2_bits) >= y:
+            return False
+        u, u_bits = (u << 64) | int(source.words64(1)[0]), u_bits + 64
+        ln2_bits += 64
+
+
+def bernoulli_exp_times_power_of_two(y: Fraction, sigma: int, source: RandomSource) -> bool:
+    """``Bernoulli(exp(-y) * 2**sigma)`` for rational ``y`` and integer ``0 <= sigma <= y/ln 2``.
+
+    Raises:
+        ValueError: if ``sigma < 0``, or ``sigma ln 2 > y`` (the probability would exceed 1),
+            or ``y / ln 2 - sigma > 3`` (outside the range the envelope produces).
+    """
+    if sigma < 0:
+        raise ValueError(f"'sigma' must be >= 0; received {sigma}")
+    if sigma == 0:
+        return bool(bernoulli_exp(y, 1, source)[0])
+    if not _scaled_ln2_below(y, sigma):
+        raise ValueError("'sigma' must satisfy sigma * ln 2 <= y")
+    if _scaled_ln2_below(y, sigma + 4):
+        raise ValueError("'sigma' must satisfy y < (sigma + 4) * ln 2")
+    for _ in range(3):  # exp(-z) = exp(-z/3) ** 3 with z / 3 < 4 ln 2 / 3 < 1
+        k = 1
+        while _below_z_over(y, sigma, 3 * k, source):
+            k += 1
+        if k % 2 == 0:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _clamp_point() -> Fraction:
+    """A rational ``Y`` with ``CLAMP ln 2 < Y < (CLAMP + 1) ln 2 - 1/4``."""
+    _, high = ln2_bounds(64)
+    return CLAMP * Fraction(high, 1 << 64) + Fraction(1, 8)
+
+
+def bernoulli_envelope(y: Fraction, exponent: int, source: RandomSource) -> bool:
+    """``Bernoulli(exp(-y) * 2**exponent)`` for an exponent from :func:`envelope_exponents`.
+
+    Below :data:`CLAMP` this is :func:`bernoulli_exp_times_power_of_two`. At ``CLAMP`` it is
+    the product of two coins, ``exp(-(y - Y))`` (rational, exact) and ``exp(-Y) 2**CLAMP``
+    for the fixed rational ``Y`` of :func:`_clamp_point`; it needs ``y >= Y``, which holds
+    whenever the estimate of ``y`` was at least ``(CLAMP + 1) ln 2`` (checked exactly).
+    """
+    if exponent < CLAMP:
+        return bernoulli_exp_times_power_of_two(y, exponent, source)
+    if exponent != CLAMP:
+        raise ValueError(f"'exponent' must be at most {CLAMP}; received {exponent}")
+    point = _clamp_point()
+    if y < point:
+        raise ValueError("a clamped envelope needs y >= its clamp point")
+    if not bernoulli_exp(y - point, 1, source)[0]:
+        return False
+    return bernoulli_exp_times_power_of_two(point, CLAMP, source)
