@@ -105,7 +105,7 @@ def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Frac
     floor = int(scores.min())
     offsets = scores - floor
     exponents = envelope_exponents(float(rate2) * offsets.astype(np.float64))
-    members = np.argsort(exponents, kind="stable")
+    members = np.argsort(exponents.astype(np.uint8), kind="stable")  # radix sort: 0..CLAMP
     cumulative = np.cumsum(counts[members])
     starts = np.searchsorted(exponents[members], np.arange(CLAMP + 2), side="left")
     ends = np.concatenate([[0], cumulative])[starts]
