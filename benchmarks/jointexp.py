@@ -296,8 +296,12 @@ def report(
         ratio = means[1] / max(means[0], 1e-12)
         row = " | ".join(f"{value:.2f}" for value in means)
         lines.append(f"| {distribution} | {m} | {row} | {ratio:.2f} |")
-    lines += ["", "| m | default / JointExp | SE | recursive / JointExp | independent / JointExp |"]
-    lines.append("|---|---:|---:|---:|---:|")
+    lines += [
+        "",
+        "| m | default / JointExp | SE | recursive / JointExp | joint / JointExp (SE) "
+        "| independent / JointExp |",
+    ]
+    lines.append("|---|---:|---:|---:|---:|---:|")
     for low, high in [*RANGES, (1, 29)]:
         chosen = [cell for (_, m), cell in cells.items() if low <= m <= high]
         if not chosen:

@@ -141,6 +141,12 @@ def apply_quantile_defaults(
         if spec.type not in QUANTILE_TYPES:
             continue
         if (
+            spec.params.get("max_keys_per_unit") == "auto"
+            and "max_contributions" not in spec.params
+        ):
+            # one 'auto' bound per statistic: the keys are chosen, the rows stay at 1
+            LOG.info("%s: max_keys_per_unit chosen privately (auto), 1 row per key", spec.name)
+        elif (
             privacy_unit is not None
             and not spec.params.get("refine", False)  # auto with refine is not wired either
             and "max_contributions" not in spec.params

@@ -102,10 +102,16 @@ def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
             print(line, file=out)
 
 
+_CHOSEN_HEADINGS = {
+    "rows": "rows per person, chosen privately (max_contributions = auto):",
+    "keys": "keys per person, chosen privately (max_keys_per_unit = auto):",
+}
+
+
 def _print_chosen_bounds(releases: Sequence[dict[str, Any]], out: Any) -> None:
-    """The rows per person each ``max_contributions="auto"`` statistic chose (a DP output):
-    one line per statistic when all its keys and windows agree, else one per key and window."""
-    by_name: dict[str, list[tuple[str, str]]] = {}
+    """The rows (or keys) per person each ``"auto"`` statistic chose (a DP output): one line
+    per statistic when all its keys and windows agree, else one per key and window."""
+    groups: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for r in releases:
         chosen = chosen_bound(r)
         if chosen is None:
@@ -115,17 +121,17 @@ def _print_chosen_bounds(releases: Sequence[dict[str, Any]], out: Any) -> None:
             f"the release's {chosen.epsilon_release:.4g} chose it)"
         )
         where = ", ".join(str(part) for part in (r.get("key"), r.get("window")) if part is not None)
+        by_name = groups.setdefault(chosen.what, {})
         if (text, where) not in by_name.setdefault(r["name"], []):
             by_name[r["name"]].append((text, where))
-    if not by_name:
-        return
-    print("\nrows per person, chosen privately (max_contributions = auto):", file=out)
-    for name, choices in by_name.items():
-        if len({text for text, _ in choices}) == 1:
-            print(f"  {name}: {choices[0][0]}", file=out)
-            continue
-        for text, where in choices:
-            print(f"  {name}: {text}" + (f" [{where}]" if where else ""), file=out)
+    for what, by_name in groups.items():
+        print(f"\n{_CHOSEN_HEADINGS[what]}", file=out)
+        for name, choices in by_name.items():
+            if len({text for text, _ in choices}) == 1:
+                print(f"  {name}: {choices[0][0]}", file=out)
+                continue
+            for text, where in choices:
+                print(f"  {name}: {text}" + (f" [{where}]" if where else ""), file=out)
 
 
 def print_summary(document: dict[str, Any], file: Any = None) -> None:

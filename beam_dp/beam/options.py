@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Required, TypedDict
+from typing import Any, Literal, Required, TypedDict
 
 from beam_dp._validation import (
     Relation,
@@ -108,11 +108,13 @@ class PerKeyOptions(PrivateOptions, total=False):
         max_keys_per_unit: the keys kept per unit (selections: default None, no bound;
             quantiles: default 1). One unit influences ``m = min(max_keys_per_unit,
             len(keys))`` keys, and each key's release runs at ``ε / m`` (:func:`split_share`).
+            ``"auto"`` (quantile family and mean): ``m`` chosen privately per window
+            (:mod:`beam_dp.beam.quantiles`).
     """
 
     key_column: str
     keys: Required[PublicList]
-    max_keys_per_unit: int | None
+    max_keys_per_unit: int | Literal["auto"] | None
 
 
 _COMMON_KEYS = frozenset(PrivateOptions.__required_keys__ | PrivateOptions.__optional_keys__)
@@ -406,10 +408,12 @@ class KeyOptions:
             check_column(key_column, "key_column")
         labels = static_labels(keys, "keys")
         if isinstance(max_keys_per_unit, str) and max_keys_per_unit == "auto":
-            # Each key's epsilon would then depend on the chosen bound: not wired (issue 14).
+            # The quantile family and the mean take it (quantile_options.take_value_options
+            # turns it into a choice before this point); here it reaches the other transforms.
             raise ValueError(
-                "'max_keys_per_unit' must be an integer >= 1 or None; 'auto' (a privately "
-                "chosen key bound) is not available yet: give an integer"
+                "'max_keys_per_unit' must be an integer >= 1 or None here; 'auto' (a privately "
+                "chosen number of keys per unit) is available for the quantiles, median, min, "
+                "max and mean .PerKey transforms"
             )
         if max_keys_per_unit is not None:
             check_positive_int(max_keys_per_unit, "max_keys_per_unit")

@@ -273,6 +273,23 @@ def keyed_input(pcoll: PCollection, plan: Plan) -> PCollection:
     return keyed
 
 
+def unit_batches(pcoll: PCollection, plan: Plan) -> PCollection:
+    """Encoded and bounded batches that hold every row of their units, not split by key.
+
+    For a choice that needs each unit whole (``max_keys_per_unit="auto"``); continue with
+    :func:`keyed_batches`.
+    """
+    values, _ = _prepare(pcoll, plan, split=False)
+    return values
+
+
+def keyed_batches(pcoll: PCollection, plan: Plan, batches: PCollection) -> PCollection:
+    """:func:`keyed_input` from :func:`unit_batches` (possibly re-bounded): split by key, with
+    the markers."""
+    split = batches | "SplitByKey" >> beam.FlatMap(split_by_key)
+    return _with_markers(pcoll, plan, split)
+
+
 def label_releases(releases: PCollection, plan: Plan) -> PCollection:
     """``(key position, release(s))`` pairs to releases labelled with key and window."""
     if plan.keys is None:

@@ -95,15 +95,40 @@ class GridReleaseSpec:
     chosen: BoundChoice | None = None
 
     def for_choice(self: _Spec, choice: BoundChoice) -> _Spec:
-        """This spec at the privately chosen bound: its plan, bounds and record."""
+        """This spec at the privately chosen bound: its plan, bounds and record.
+
+        With ``max_keys_per_unit="auto"`` each key's epsilon (and rho) depends on the chosen
+        number of keys too: the release records that key's share (:class:`KeyShare`).
+        """
         if self.auto is None:
-            raise ValueError("for_choice applies only with max_contributions='auto'")
-        bounds = {**self.bounds, "max_contributions_per_unit": int(choice.bound)}
+            raise ValueError("for_choice applies only with an 'auto' bound")
+        plan = self.auto.plans[choice.bound]
+        if self.auto.target == "rows":
+            bounds = {**self.bounds, "max_contributions_per_unit": int(choice.bound)}
+            return dataclasses.replace(
+                self,
+                plan=plan,
+                bounds=bounds,
+                chosen=choice,  # type: ignore[call-arg]
+            )
+        assert self.auto.per_bound is not None
+        share = self.auto.per_bound[choice.bound]
+        auto = dataclasses.replace(
+            self.auto,
+            key_epsilon=share.key_epsilon,
+            bound_epsilon=share.bound_epsilon,
+            statistic_epsilon=share.statistic_epsilon,
+            bound_rho=share.bound_rho,
+            statistic_rho=share.statistic_rho,
+        )
         return dataclasses.replace(
             self,
-            plan=self.auto.plans[choice.bound],  # type: ignore[call-arg]
-            bounds=bounds,
+            plan=plan,  # type: ignore[call-arg]
+            bounds={**self.bounds, "max_keys_per_unit": int(choice.bound)},
             chosen=choice,
+            auto=auto,
+            epsilon=float(share.key_epsilon),
+            rho=None if share.key_rho is None else float(share.key_rho),
         )
 
     def release_merged(self, accumulator: Any) -> Release:
@@ -192,6 +217,23 @@ class QuantileSpec(GridReleaseSpec):
 
 
 @dataclass(frozen=True)
+class KeyShare:
+    """One key's budget at a candidate number of keys ``K`` (``max_keys_per_unit="auto"``).
+
+    A unit reaches at most ``K`` keys: each key's release is charged ``key_epsilon`` (``key_rho``
+    under zCDP), the sum of its part of the one choice (``bound_*``) and of its statistic
+    (``statistic_*``), so that ``K`` of them compose to the window's budget.
+    """
+
+    key_epsilon: Fraction
+    bound_epsilon: Fraction
+    statistic_epsilon: Fraction
+    bound_rho: Fraction | None = None
+    statistic_rho: Fraction | None = None
+    key_rho: Fraction | None = None
+
+
+@dataclass(frozen=True)
 class AutoBoundSpec:
     """``max_contributions="auto"``: the bound choice and the plans at every candidate (public).
 
@@ -210,6 +252,11 @@ class AutoBoundSpec:
             ``statistic_epsilon``.
         bound_rho, statistic_rho: under zCDP, each key's rho for the choice and for the
             statistic (they sum to at most the release's rho); None otherwise.
+        target: ``"rows"`` (``max_contributions="auto"``) or ``"keys"``
+            (``max_keys_per_unit="auto"``: ``counts_per_unit`` is 1, one count of keys per
+            unit, and the per-key fields above are those at the cap until
+            :meth:`GridReleaseSpec.for_choice` replaces them with ``per_bound[K]``).
+        per_bound: with ``"keys"``, each candidate's :class:`KeyShare`.
     """
 
     candidates: tuple[int, ...]
@@ -226,9 +273,12 @@ class AutoBoundSpec:
     plans: Mapping[int, QuantilePlan | MeanPlan]
     bound_rho: Fraction | None = None
     statistic_rho: Fraction | None = None
+    target: str = "rows"
+    per_bound: Mapping[int, KeyShare] | None = None
 
     def choose(self, counts: Any, rng: RandomSource | None) -> BoundChoice:
-        """The private choice from the merged rows-per-unit histogram (``choice_epsilon``-DP)."""
+        """The private choice from the merged histogram of rows (or keys) per unit
+        (``choice_epsilon``-DP; each unit holds ``counts_per_unit`` of its counts)."""
         return choose_bound(
             counts,
             epsilon=self.choice_epsilon,

@@ -24,10 +24,12 @@ import secrets
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.pvalue import AsDict, AsSingleton, PCollection
 
 from beam_dp.beam.bounding import CountHistogramFn, rebound_rows, rows_per_unit_histogram
 from beam_dp.beam.plan import Plan, keyed_input, label_releases
+from beam_dp.beam.plan_graph import keyed_batches, unit_batches, window_markers
 from beam_dp.beam.quantile_combiners import (
     AutoBoundSpec,
     BinFineFn,
@@ -37,6 +39,7 @@ from beam_dp.beam.quantile_combiners import (
     QuantileSpec,
     release_at_choice,
 )
+from beam_dp.beam.rebounding import keys_per_unit_histogram, rebound_keys
 from beam_dp.summaries.contribution_bounds import BoundChoice
 
 __all__ = ["expand_auto_bound", "expand_coarse_to_fine"]
@@ -86,6 +89,8 @@ def expand_auto_bound(
     selection chooses ``b`` (a singleton side input per window); every unit's rows are
     then re-sampled to ``b`` per key and the quantiles run at ``b``.
     """
+    if auto.target == "keys":
+        return _expand_auto_keys(pcoll, plan, spec, auto, merge)
     keyed = keyed_input(pcoll, plan)  # every window that releases has a marker
     choice = (
         keyed
@@ -97,6 +102,57 @@ def expand_auto_bound(
     releases = (
         keyed
         | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
+        | "MergePerKey" >> beam.CombinePerKey(merge)
+        | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
+    )
+    return label_releases(releases, plan)
+
+
+def _keys_histogram_of(batch: Any, cap: int) -> Any:
+    return keys_per_unit_histogram(batch, cap)
+
+
+def _no_keys(_: Any, cap: int) -> Any:
+    return np.zeros(cap + 1, dtype=np.int64)
+
+
+def _rebound_keys_to(batch: Any, choice: BoundChoice, salt: int) -> Any:
+    return rebound_keys(batch, choice.bound, salt)
+
+
+def _expand_auto_keys(
+    pcoll: PCollection,
+    plan: Plan,
+    spec: GridReleaseSpec,
+    auto: AutoBoundSpec,
+    merge: beam.CombineFn,
+) -> PCollection:
+    """``max_keys_per_unit="auto"``: choose the number of keys per unit, re-bound, release.
+
+    The batches out of the bounding hold every row of their units, at most the cap of keys
+    each; before they are split by key, each unit adds one count to the histogram of keys
+    per unit (plus an empty histogram per releasing window, so every window chooses). One
+    exact selection chooses ``K`` (a singleton side input per window); every unit then keeps
+    a uniform ``K`` of its keys (fresh salt), the batches are split by key, and each key's
+    statistic runs at its share of the window's budget at ``K`` (:class:`KeyShare`).
+    """
+    batches = unit_batches(pcoll, plan)
+    markers = pcoll | "ChoiceMarkers" >> beam.ptransform_fn(window_markers)(unit_level=True)
+    choice = (
+        (
+            batches | "KeysPerUnit" >> beam.Map(_keys_histogram_of, auto.cap),
+            markers | "NoKeys" >> beam.Map(_no_keys, auto.cap),
+        )
+        | "WithEveryWindow" >> beam.Flatten()
+        | "MergeKeysPerUnit" >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
+        | "ChooseKeys" >> beam.Map(_choose, auto, spec.rng)
+    )
+    salt = secrets.randbits(64)
+    rebounded = batches | "ReboundKeysToChoice" >> beam.Map(
+        _rebound_keys_to, AsSingleton(choice), salt
+    )
+    releases = (
+        keyed_batches(pcoll, plan, rebounded)
         | "MergePerKey" >> beam.CombinePerKey(merge)
         | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
     )

@@ -83,10 +83,17 @@ class _ValueOptions(TypedDict, total=False):
             sensitivity is multiplied by it. ``"auto"``: chosen privately per window from the
             histogram of rows per unit (per (unit, key) for ``.PerKey``) with ``bound_share``
             of the statistic's epsilon (:class:`AutoBound`; quantiles, min, max and mean).
-        bound_share: with ``max_contributions="auto"``, the share of epsilon spent on
-            choosing the bound (default 1/10; strictly between 0 and 1).
-        bound_cap: the largest candidate bound (default 1024; candidates are the powers of
-            two up to it; counts above it are counted at it).
+        max_keys_per_unit: (``.PerKey``) ``"auto"`` chooses the number of keys per unit
+            privately per window from the histogram of distinct keys per unit (one count per
+            unit), among the powers of two up to the number of public keys, with
+            ``bound_share`` of the window's epsilon; each key then runs at its share of the
+            window's budget over the chosen ``K`` keys. Not together with
+            ``max_contributions="auto"``.
+        bound_share: with an ``"auto"`` bound, the share of epsilon spent on choosing it
+            (default 1/10; strictly between 0 and 1).
+        bound_cap: with ``max_contributions="auto"``, the largest candidate bound (default
+            1024; candidates are the powers of two up to it; counts above it are counted at
+            it). With ``max_keys_per_unit="auto"`` the cap is the number of public keys.
         bound_rule: ``"quantile"`` (default) or ``"tradeoff"``
             (:mod:`beam_dp.summaries.contribution_bounds`).
         bound_alpha: the quantile of rows per unit the ``"quantile"`` rule targets
@@ -184,19 +191,23 @@ def make_grid(grid: GridLike, lower: object, upper: object, num_points: object) 
 
 @dataclass(frozen=True)
 class AutoBound:
-    """The public parameters of ``max_contributions="auto"`` (validated at construction).
+    """The public parameters of an ``"auto"`` bound (validated at construction).
 
     Attributes:
         share: the share of the statistic's epsilon spent on the bound choice.
         cap: the public cap on counts and the largest candidate bound.
         rule: the bound rule (:mod:`beam_dp.summaries.contribution_bounds`).
-        alpha: the quantile of rows per unit of the ``"quantile"`` rule.
+        alpha: the quantile of the per-unit counts of the ``"quantile"`` rule.
+        target: which bound is chosen: ``"rows"`` (``max_contributions="auto"``: rows per
+            unit, per key) or ``"keys"`` (``max_keys_per_unit="auto"``: keys per unit; the cap
+            is the number of public keys).
     """
 
     share: Fraction
     cap: int
     rule: BoundRule
     alpha: Fraction
+    target: Literal["rows", "keys"] = "rows"
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -213,26 +224,54 @@ def _exact_fraction(value: object, name: str) -> Fraction:
     return value if isinstance(value, Fraction) else Fraction(repr(float(value)))  # type: ignore[arg-type]
 
 
-def check_auto_bound(max_contributions: object, own: Mapping[str, Any]) -> AutoBound | None:
-    """The validated ``"auto"`` parameters, or None for a fixed ``max_contributions``.
+def check_auto_bound(
+    max_contributions: object, own: Mapping[str, Any], *, num_keys: int | None = None
+) -> AutoBound | None:
+    """The validated ``"auto"`` parameters, or None when no bound is ``"auto"``.
+
+    Args:
+        max_contributions: the option as given.
+        own: the value options (``bound_*``).
+        num_keys: the number of public keys when ``max_keys_per_unit="auto"``, else None.
 
     Raises:
-        ValueError, TypeError: naming the parameter and its rule (an ``bound_*`` option
-            without ``max_contributions="auto"`` is refused: it would do nothing).
+        ValueError, TypeError: naming the parameter and its rule (a ``bound_*`` option
+            without an ``"auto"`` bound is refused: it would do nothing).
     """
-    if max_contributions != "auto":
+    rows = isinstance(max_contributions, str) and max_contributions == "auto"
+    if rows and num_keys is not None:
+        raise ValueError(
+            "give 'auto' to one of 'max_contributions' and 'max_keys_per_unit', not both: "
+            "each choice is made with the other bound fixed"
+        )
+    if not rows and num_keys is None:
         given = [key for key in _AUTO_KEYS if key in own]
         if given:
             raise ValueError(
-                f"{given[0]!r} applies only with max_contributions='auto'; received "
-                f"max_contributions={max_contributions!r}"
+                f"{given[0]!r} applies only with max_contributions='auto' (or "
+                f"max_keys_per_unit='auto'); received max_contributions={max_contributions!r}"
             )
         return None
     share = _exact_fraction(own.get("bound_share", DEFAULT_SHARE), "bound_share")
-    cap = own.get("bound_cap", DEFAULT_CAP)
-    check_positive_int(cap, "bound_cap")
-    if int(cap) < 2:
-        raise ValueError(f"'bound_cap' must be >= 2 (one candidate is no choice); received {cap}")
+    if num_keys is not None:
+        if "bound_cap" in own:
+            raise ValueError(
+                "'bound_cap' applies only with max_contributions='auto': with "
+                "max_keys_per_unit='auto' the cap is the number of public keys"
+            )
+        if num_keys < 2:
+            raise ValueError(
+                "max_keys_per_unit='auto' needs at least 2 public keys (one candidate is no "
+                f"choice); received {num_keys} key"
+            )
+        cap = num_keys
+    else:
+        cap = own.get("bound_cap", DEFAULT_CAP)
+        check_positive_int(cap, "bound_cap")
+        if int(cap) < 2:
+            raise ValueError(
+                f"'bound_cap' must be >= 2 (one candidate is no choice); received {cap}"
+            )
     rule = own.get("bound_rule", DEFAULT_RULE)
     if rule not in BOUND_RULES:
         raise ValueError(f"'bound_rule' must be one of {list(BOUND_RULES)}; received {rule!r}")
@@ -242,7 +281,8 @@ def check_auto_bound(max_contributions: object, own: Mapping[str, Any]) -> AutoB
             "needs a public noise level per bound, not wired yet); received 'tradeoff'"
         )
     alpha = _exact_fraction(own.get("bound_alpha", DEFAULT_ALPHA), "bound_alpha")
-    return AutoBound(share=share, cap=int(cap), rule="quantile", alpha=alpha)
+    target: Literal["rows", "keys"] = "keys" if num_keys is not None else "rows"
+    return AutoBound(share=share, cap=int(cap), rule="quantile", alpha=alpha, target=target)
 
 
 def check_resolution(resolution: object) -> Fraction:
@@ -284,13 +324,12 @@ class ValueParams:
             bounds = {"record_level_privacy": 1, "max_contributions_per_unit": 1}
         else:
             bounds = {"max_contributions_per_unit": self.max_contributions}
-            if self.auto is not None:  # the chosen bound replaces the cap in each release
-                bounds["max_contributions_cap"] = self.auto.cap
-        return {
-            **bounds,
-            **self.keys.ledger_bounds(self.record_level),
-            "max_windows_per_unit": self.windows,
-        }
+            if self.auto is not None and self.auto.target == "rows":
+                bounds["max_contributions_cap"] = self.auto.cap  # each release: the chosen one
+        keys = self.keys.ledger_bounds(self.record_level)
+        if self.auto is not None and self.auto.target == "keys":
+            keys["max_keys_per_unit_cap"] = self.auto.cap  # each release: the chosen one
+        return {**bounds, **keys, "max_windows_per_unit": self.windows}
 
     def spec_fields(self, name: str, epsilon: Fraction, rho: float | None) -> dict[str, Any]:
         """The fields every grid release records (a
@@ -371,7 +410,21 @@ def take_value_options(
         raise ValueError(
             f"'max_contributions' must be an integer >= 1 or 'auto'; received {max_contributions!r}"
         )
-    auto = check_auto_bound(max_contributions, own)
+    keys_auto = isinstance(rest.get("max_keys_per_unit"), str) and (
+        rest["max_keys_per_unit"] == "auto"
+    )
+    if keys_auto:
+        # bound at the cap (every public key) first; the chosen number of keys then applies
+        rest = {**rest, "max_keys_per_unit": None}
+        if unit_column is None:
+            raise ValueError(
+                "max_keys_per_unit='auto' needs a 'unit_column': with unit_column=None "
+                "(record-level privacy) every record is its own unit and reaches one key"
+            )
+        check_auto_bound(max_contributions, own, num_keys=2)  # refuses both 'auto' early
+        auto = None
+    else:
+        auto = check_auto_bound(max_contributions, own)
     if auto is not None:
         if unit_column is None:
             raise ValueError(
@@ -409,6 +462,9 @@ def take_value_options(
             float(upper),
             own.get("num_points", default_points),
         )
+    if keys_auto:
+        assert keys.keys is not None  # take_options refuses max_keys_per_unit for .Globally
+        auto = check_auto_bound(max_contributions, own, num_keys=len(keys.keys))
     values = ValueParams(
         common, keys, grid, unit_column, value_column, int(max_contributions), auto
     )

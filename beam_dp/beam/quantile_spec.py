@@ -28,8 +28,14 @@ from typing import Any
 from beam_dp._validation import check_positive_int, check_probability_open
 from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho
+from beam_dp.beam.options import ResolvedBudget, split_share
 from beam_dp.beam.plan import Built
-from beam_dp.beam.quantile_combiners import AutoBoundSpec, QuantileCombineFn, QuantileSpec
+from beam_dp.beam.quantile_combiners import (
+    AutoBoundSpec,
+    KeyShare,
+    QuantileCombineFn,
+    QuantileSpec,
+)
 from beam_dp.beam.quantile_options import ValueParams
 from beam_dp.summaries.contribution_bounds import split_epsilon
 from beam_dp.summaries.histogram import MAX_GRID_POINTS
@@ -129,8 +135,11 @@ def build_quantiles(
             per_key_epsilon,
             rounds=rounds,
             plan_at=plan_at,
+            window=split_share(budget, windows_per_unit=values.windows),
         )
-        plan = plan_at(auto.cap, auto.statistic_epsilon)
+        at_cap = auto.plans[auto.cap]
+        assert isinstance(at_cap, QuantilePlan)
+        plan = at_cap
     else:
         plan = plan_quantiles(
             parsed, epsilon=per_key_epsilon, num_candidates=the_grid.num_points, **options
@@ -170,33 +179,28 @@ def build_quantiles(
     return built, spec
 
 
-def auto_bound_spec(
+def _choice_split(
     values: ValueParams,
     rho: float | None,
     key_epsilon: Fraction,
     *,
     rounds: int,
-    plan_at: Callable[[int, Fraction], QuantilePlan | MeanPlan],
-) -> AutoBoundSpec:
-    """The public half of ``max_contributions="auto"``: the split and a plan per candidate.
+    counts_per_unit: int,
+) -> tuple[Fraction, KeyShare]:
+    """``(choice_epsilon, key share)``: one key's epsilon split between its part of the one
+    bound choice and its statistic, the choice charged to the ``counts_per_unit`` keys' parts.
 
-    Args:
-        values: the statistic's value options (``values.auto`` set).
-        rho: each key's rho under zCDP, else None.
-        key_epsilon: each release's epsilon (one key's, after the split over keys).
-        rounds: the statistic's rounds (its zCDP cost is ``rate * eps^2 / rounds``).
-        plan_at: the statistic's plan at a bound and an epsilon (quantiles or mean).
+    Basic composition: the choice gets ``share`` of each key's epsilon, times the keys.
+    zCDP: the statistic runs at ``(1 - share)`` of the key's epsilon and costs
+    ``rate * eps_s^2 / rounds``; the choice gets the rest of the rho of each key a unit
+    reaches: ``rate * eps_b^2 <= counts_per_unit * (rho - that cost)``.
     """
     auto = values.auto
     assert auto is not None
-    counts_per_unit = values.keys_per_unit
     bound_epsilon, statistic_epsilon = split_epsilon(key_epsilon, auto.share)
     bound_rho = statistic_rho = None
     choice_epsilon = bound_epsilon * counts_per_unit
     if rho is not None:
-        # zCDP: the statistic runs at (1 - share) of the release's epsilon and costs
-        # rate * eps_s^2 / rounds (<= (1 - share)^2 rho); the choice gets the rest of the rho
-        # of each of the m keys a unit reaches: rate * eps_b^2 <= m (rho - that cost).
         rate = ZCDP_RATE[privacy_kind(values.common.method)]
         statistic_rho = rate * statistic_epsilon**2 / rounds
         bound_rho = Fraction(rho) - statistic_rho
@@ -208,7 +212,68 @@ def auto_bound_spec(
         while rate * choice_epsilon**2 > bound_rho * counts_per_unit:  # float rounding
             choice_epsilon = Fraction(math.nextafter(float(choice_epsilon), 0.0))
         bound_epsilon = choice_epsilon / counts_per_unit
-    plans = {bound: plan_at(bound, statistic_epsilon) for bound in auto.candidates}
+    share = KeyShare(
+        key_epsilon=key_epsilon,
+        bound_epsilon=bound_epsilon,
+        statistic_epsilon=statistic_epsilon,
+        bound_rho=bound_rho,
+        statistic_rho=statistic_rho,
+        key_rho=None if rho is None else Fraction(rho),
+    )
+    return choice_epsilon, share
+
+
+def auto_bound_spec(
+    values: ValueParams,
+    rho: float | None,
+    key_epsilon: Fraction,
+    *,
+    rounds: int,
+    plan_at: Callable[[int, Fraction], QuantilePlan | MeanPlan],
+    window: ResolvedBudget | None = None,
+) -> AutoBoundSpec:
+    """The public half of an ``"auto"`` bound: the epsilon split and a plan per candidate.
+
+    Args:
+        values: the statistic's value options (``values.auto`` set).
+        rho: each key's rho under zCDP, else None.
+        key_epsilon: each release's epsilon (one key's, after the split over keys).
+        rounds: the statistic's rounds (its zCDP cost is ``rate * eps^2 / rounds``).
+        plan_at: the statistic's plan at a row bound and an epsilon (quantiles or mean).
+        window: with ``max_keys_per_unit="auto"``, the budget of one window (before the split
+            over keys): each candidate ``K`` splits it over ``K`` keys
+            (:func:`~beam_dp.beam.options.split_share`), and the one choice runs at the
+            smallest epsilon any ``K`` leaves it, so every ``K``'s account covers it.
+    """
+    auto = values.auto
+    assert auto is not None
+    if auto.target == "rows":
+        choice_epsilon, share = _choice_split(
+            values, rho, key_epsilon, rounds=rounds, counts_per_unit=values.keys_per_unit
+        )
+        per_bound = None
+        plans = {bound: plan_at(bound, share.statistic_epsilon) for bound in auto.candidates}
+    else:
+        if window is None:
+            raise ValueError("max_keys_per_unit='auto' needs the window's budget")
+        per_bound = {}
+        choices = []
+        for bound in auto.candidates:
+            key_budget = split_share(window, keys_per_unit=bound)
+            choice, per_bound[bound] = _choice_split(
+                values,
+                key_budget.rho,
+                Fraction(key_budget.epsilon),
+                rounds=rounds,
+                counts_per_unit=bound,
+            )
+            choices.append(choice)
+        choice_epsilon = min(choices)
+        share = per_bound[auto.candidates[-1]]
+        plans = {
+            bound: plan_at(values.max_contributions, per_bound[bound].statistic_epsilon)
+            for bound in auto.candidates
+        }
     return AutoBoundSpec(
         candidates=auto.candidates,
         cap=auto.candidates[-1],
@@ -216,13 +281,15 @@ def auto_bound_spec(
         alpha=auto.alpha,
         # Each of the unit's keys spends its share on the one choice.
         choice_epsilon=choice_epsilon,
-        key_epsilon=key_epsilon,
-        bound_epsilon=bound_epsilon,
-        statistic_epsilon=statistic_epsilon,
-        counts_per_unit=counts_per_unit,
+        key_epsilon=share.key_epsilon,
+        bound_epsilon=share.bound_epsilon,
+        statistic_epsilon=share.statistic_epsilon,
+        counts_per_unit=values.keys_per_unit if auto.target == "rows" else 1,
         method=values.common.method,
         relation=values.common.relation,
         plans=plans,
-        bound_rho=bound_rho,
-        statistic_rho=statistic_rho,
+        bound_rho=share.bound_rho,
+        statistic_rho=share.statistic_rho,
+        target=auto.target,
+        per_bound=per_bound,
     )

@@ -36,7 +36,7 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   unit, nothing is shuffled or bounded; a person with ``r`` records is protected only at
   ``r·ε``). With a ``unit_column``, each unit's values are bounded to ``max_contributions``
   (chosen by a per-run salted hash) and the sensitivity is multiplied by it.
-* **``max_contributions="auto"``** (unit level; quantile transforms, not the mean yet): each
+* **``max_contributions="auto"``** (unit level; quantile transforms and the mean): each
   unit's values are first bounded at ``bound_cap`` (default 1024; with ``max_keys_per_unit``
   keys); the exact histogram of rows per unit (per (unit, key) for ``.PerKey``) is merged
   globally per window and one exact selection
@@ -54,6 +54,20 @@ Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
   (``accuracy.rho_bound_choice`` and ``accuracy.rho_statistic`` sum to at most ``rho``;
   the choice runs at the largest epsilon that rest of the ``m`` keys' rho pays for).
   ``refine=True`` is refused with ``"auto"``.
+* **``max_keys_per_unit="auto"``** (``.PerKey``; quantiles, median, min, max and mean): each
+  unit first keeps every public key (the cap is their number); before the batches are split
+  by key, each unit adds one count to the exact histogram of distinct keys per unit, merged
+  per window; one exact selection (the same ``choose_bound``, sensitivity that of one count)
+  chooses ``K`` among the powers of two up to the cap with ``bound_share`` of the window's
+  budget; every unit then keeps a uniform ``K`` of its keys (fresh salt) and each key's
+  statistic runs at its share of the window's budget split over ``K`` keys
+  (:func:`~beam_dp.beam.options.split_share`), the choice charged in equal parts to the
+  ``K`` keys. Each record holds the chosen ``K`` (``max_keys_per_unit``), the cap
+  (``max_keys_per_unit_cap``) and its parts (``accuracy.epsilon_bound_choice``,
+  ``accuracy.epsilon_statistic``), so that the ledger's ``K`` entries of a window sum to the
+  window's budget. Under zCDP each candidate ``K`` gets its own rho split and the one choice
+  runs at the smallest epsilon any ``K`` leaves it. Not together with
+  ``max_contributions="auto"``.
 * **``resolution``**: the grid of the multiples of the column's resolution
   (:func:`~beam_dp.summaries.grids.resolution_grid`; ``"integer"``, ``"0.01"``), every
   point a value the column can hold (ties: :mod:`beam_dp.summaries.grids`).
@@ -103,6 +117,7 @@ from typing import Any, ClassVar, Unpack
 
 from apache_beam.pvalue import PCollection
 
+from beam_dp.beam.options import split_share
 from beam_dp.beam.plan import Built, PrivateTransform
 from beam_dp.beam.quantile_combiners import (
     AutoMeanCombineFn,
@@ -395,8 +410,13 @@ class _MeanTransform(PrivateTransform):
 
         auto = None
         if values.auto is not None:
-            auto = auto_bound_spec(values, share.rho, per_key_epsilon, rounds=1, plan_at=plan_at)
-            plan = plan_at(auto.cap, auto.statistic_epsilon)
+            window = split_share(budget, windows_per_unit=values.windows)
+            auto = auto_bound_spec(
+                values, share.rho, per_key_epsilon, rounds=1, plan_at=plan_at, window=window
+            )
+            at_cap = auto.plans[auto.cap]
+            assert isinstance(at_cap, MeanPlan)
+            plan = at_cap
         else:
             plan = plan_at(values.max_contributions, per_key_epsilon)
         self._spec = MeanSpec(

@@ -1,9 +1,11 @@
-"""Rows per unit, and re-bounding at a chosen bound: the Beam side of ``max_contributions="auto"``.
+"""Rows or keys per unit, and re-bounding at a chosen bound: the Beam side of ``"auto"`` bounds.
 
-:func:`rows_per_unit_histogram` and :class:`CountHistogramFn` give the exact histogram of rows
-per (unit, key) that :func:`beam_dp.summaries.contribution_bounds.choose_bound` privately
-chooses a bound from; :func:`rebound_rows` keeps a uniform sample at the chosen bound of rows
-already bounded at the public cap.
+:func:`rows_per_unit_histogram` (``max_contributions="auto"``) and
+:func:`keys_per_unit_histogram` (``max_keys_per_unit="auto"``), merged by
+:class:`CountHistogramFn`, give the exact histogram that
+:func:`beam_dp.summaries.contribution_bounds.choose_bound` privately chooses a bound from;
+:func:`rebound_rows` and :func:`rebound_keys` keep a uniform sample at the chosen bound of
+what was already bounded at the public cap.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ import numpy.typing as npt
 
 from beam_dp.batching import KEY, UNIT, ColumnBatch, ContributionBounds, bound_rows, num_rows
 
-__all__ = ["CountHistogramFn", "rebound_rows", "rows_per_unit_histogram"]
+__all__ = [
+    "CountHistogramFn",
+    "keys_per_unit_histogram",
+    "rebound_keys",
+    "rebound_rows",
+    "rows_per_unit_histogram",
+]
 
 
 def rows_per_unit_histogram(batch: ColumnBatch, cap: int) -> npt.NDArray[np.int64]:
@@ -38,6 +46,25 @@ def rows_per_unit_histogram(batch: ColumnBatch, cap: int) -> npt.NDArray[np.int6
     else:
         _, counts = np.unique(batch[UNIT], return_counts=True)
     histogram += np.bincount(np.minimum(counts, int(cap)), minlength=int(cap) + 1)
+    return histogram
+
+
+def keys_per_unit_histogram(batch: ColumnBatch, cap: int) -> npt.NDArray[np.int64]:
+    """How many units of ``batch`` hold rows of ``c`` distinct keys, ``c`` capped at ``cap``.
+
+    ``batch`` must hold every row of its units (all their keys, per window): the batches out
+    of :class:`BoundContributions`, *before* they are split by key. Each unit adds exactly
+    one count, so the histogram of neighbours differs by one count (add/remove) or moves one
+    count (replace). Returns an int64 array of length ``cap + 1``.
+
+    **Privacy:** exact counts: the input of a private bound choice, never released as such.
+    """
+    histogram = np.zeros(int(cap) + 1, dtype=np.int64)
+    if not num_rows(batch) or UNIT not in batch or KEY not in batch:
+        return histogram
+    pairs = np.unique(np.stack([batch[UNIT].view(np.int64), batch[KEY].astype(np.int64)]), axis=1)
+    _, keys = np.unique(pairs[0], return_counts=True)
+    histogram += np.bincount(np.minimum(keys, int(cap)), minlength=int(cap) + 1)
     return histogram
 
 
@@ -84,3 +111,21 @@ def rebound_rows(batch: ColumnBatch, max_contributions: int, salt: int) -> Colum
     return bound_rows(
         batch, ContributionBounds(max_contributions_per_unit=int(max_contributions)), salt
     )
+
+
+def rebound_keys(batch: ColumnBatch, max_keys_per_unit: int, salt: int) -> ColumnBatch:
+    """Keep the rows of ``max_keys_per_unit`` keys of every unit of ``batch``, chosen uniformly.
+
+    For batches that hold every row of their units, already bounded at a larger key cap by
+    :class:`BoundContributions`: a uniform subset of a uniform subset of a unit's keys is a
+    uniform subset of ``min(keys, max_keys_per_unit)`` of them; rows per kept key are as
+    they were.
+
+    **Privacy:** a function of each unit's own rows and the salt, as :func:`bound_rows`.
+    """
+    if not num_rows(batch):
+        return batch
+    bounds = ContributionBounds(
+        max_contributions_per_unit=None, max_keys_per_unit=int(max_keys_per_unit)
+    )
+    return bound_rows(batch, bounds, salt)

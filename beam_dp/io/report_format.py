@@ -240,26 +240,37 @@ def _axis_ticks(lower: float, upper: float) -> str:
 
 @dataclass(frozen=True)
 class ChosenBound:
-    """A ``max_contributions="auto"`` release's privately chosen rows per unit (a DP output)."""
+    """An ``"auto"`` release's privately chosen bound (a DP output): rows per person
+    (``max_contributions="auto"``) or keys per person (``max_keys_per_unit="auto"``)."""
 
     bound: int
     cap: int
     epsilon_choice: float
     epsilon_release: float
+    what: str = "rows"
+
+
+_CHOSEN_FIELDS = {
+    "rows": ("max_contributions_per_unit", "max_contributions_cap"),
+    "keys": ("max_keys_per_unit", "max_keys_per_unit_cap"),
+}
 
 
 def chosen_bound(release: Mapping[str, Any]) -> ChosenBound | None:
     """The chosen bound a release record states, or None (a fixed bound, or fields missing).
 
     The one reading of the record's fields for every display (the report and the jobs'
-    terminal summary): ``contribution_bounds`` holds the bound and its cap, ``accuracy`` the
-    epsilon of the choice.
+    terminal summary): ``contribution_bounds`` holds the bound and its cap
+    (``max_contributions_cap``, or ``max_keys_per_unit_cap`` for a chosen number of keys),
+    ``accuracy`` the epsilon of the choice.
     """
     bounds = release.get("contribution_bounds") or {}
     accuracy = release.get("accuracy") or {}
+    what = "keys" if "max_keys_per_unit_cap" in bounds else "rows"
+    bound_field, cap_field = _CHOSEN_FIELDS[what]
     values: tuple[Any, ...] = (
-        bounds.get("max_contributions_per_unit"),
-        bounds.get("max_contributions_cap"),
+        bounds.get(bound_field),
+        bounds.get(cap_field),
         accuracy.get("epsilon_bound_choice"),
         release.get("epsilon"),
     )
@@ -267,4 +278,4 @@ def chosen_bound(release: Mapping[str, Any]) -> ChosenBound | None:
     if len(numbers) != len(values):
         return None
     chosen, cap, part, whole = numbers
-    return ChosenBound(int(chosen), int(cap), part, whole)
+    return ChosenBound(int(chosen), int(cap), part, whole, what)

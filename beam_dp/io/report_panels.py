@@ -59,12 +59,13 @@ def _half_width(release: Mapping[str, Any]) -> float | None:
 
 
 def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
-    """The rows per person a ``max_contributions="auto"`` release chose, in words, if any."""
+    """The rows (or keys) per person an ``"auto"`` release chose, in words, if any."""
     chosen = chosen_bound(release)
     if chosen is None:
         return []
     return [
-        f"rows per person: {chosen.bound} of at most {chosen.cap}, chosen privately with ε "
+        f"{chosen.what} per person: {chosen.bound} of at most {chosen.cap}, chosen privately "
+        "with ε "
         f"{format_number(chosen.epsilon_choice)} of this release's "
         f"{format_number(chosen.epsilon_release)}"
     ]

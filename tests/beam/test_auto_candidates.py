@@ -17,7 +17,6 @@ import pytest
 
 from beam_dp.batching import ContributionBounds, bound_rows
 from beam_dp.batching.columns import CANDIDATE, UNIT
-from beam_dp.beam.quantiles import PrivateMedian
 from beam_dp.beam.selection import TopCandidates
 from beam_dp.mechanisms import selection_probabilities
 from beam_dp.scores import DistinctUnitCount
@@ -104,26 +103,16 @@ def test_top_candidates_refuses_auto_candidate_bound(variant: str) -> None:
         )
 
 
-def test_per_key_transforms_refuse_auto_key_bound() -> None:
-    """``max_keys_per_unit="auto"`` is not wired: refused at construction, naming it and
-    saying so (each key's epsilon would depend on the chosen bound)."""
-    refused = r"'max_keys_per_unit'.*'auto'.*not available yet"
-    with pytest.raises(ValueError, match=refused):
+def test_selections_refuse_auto_key_bound_and_say_where_it_is() -> None:
+    """``max_keys_per_unit="auto"`` is wired for the quantile family and the mean only: the
+    selections refuse it at construction, naming it and where it is available."""
+    with pytest.raises(
+        ValueError, match=r"'max_keys_per_unit'.*'auto'.*available for the quantiles"
+    ):
         TopCandidates.PerKey(
             candidate_column="c",
             candidates=["x", "y"],
             unit_column="u",
-            epsilon=1.0,
-            keys=["a", "b"],
-            key_column="k",
-            max_keys_per_unit="auto",
-        )
-    with pytest.raises(ValueError, match=refused):
-        PrivateMedian.PerKey(
-            lower=0.0,
-            upper=1.0,
-            unit_column="u",
-            value_column="v",
             epsilon=1.0,
             keys=["a", "b"],
             key_column="k",
