@@ -100,7 +100,16 @@ def build(pipeline: beam.Pipeline, paths: list[str], out: str) -> None:
     mean = batches | "Mean" >> PrivateMean.Globally(
         unit_column=None, **{k: v for k, v in common.items() if k != "salt"}
     )
-    _ = (per_key, median, mean) | beam.Flatten() | beam.ParDo(WriteBundle(out))
+    # max_keys_per_unit="auto": every unit has one region, so one key per unit is chosen
+    keys_auto = batches | "KeysAuto" >> PrivateMedian.PerKey(
+        unit_column="user",
+        key_column="region",
+        keys=KEYS,
+        max_contributions=3,
+        max_keys_per_unit="auto",
+        **common,
+    )
+    _ = (per_key, median, mean, keys_auto) | beam.Flatten() | beam.ParDo(WriteBundle(out))
 
 
 def collect(out: Path) -> dict[Any, Release]:
@@ -117,7 +126,14 @@ def check(releases: dict[Any, Release], truth: dict[str, Any]) -> None:
         ("quantiles", "south"),
         ("median", None),
         ("mean", None),
+        ("median", "north"),
+        ("median", "south"),
     }
+    for key, low, high in (("north", 1.0, 3.0), ("south", 5.0, 7.0)):
+        release = releases[("median", key)]
+        assert low < release.value < high
+        assert release.ledger.contribution_bounds["max_keys_per_unit"] == 1  # chosen
+        assert release.ledger.contribution_bounds["max_keys_per_unit_cap"] == 2
     north = releases[("quantiles", "north")].value
     south = releases[("quantiles", "south")].value
     assert north == sorted(north) and south == sorted(south)
