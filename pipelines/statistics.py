@@ -538,6 +538,8 @@ class StatisticSpec:
         params = dict(self.params)
         if keys is not None:
             bound = params.get("max_candidates_per_unit") or 1
+            if bound == "auto":  # the key selection's bound, chosen privately; not the top-k's
+                params.pop("max_candidates_per_unit")
             if isinstance(keys, BudgetShare):
                 selection = KeySelection(epsilon=keys, max_candidates_per_unit=bound)
             else:

@@ -105,6 +105,7 @@ def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
 _CHOSEN_HEADINGS = {
     "rows": "rows per person, chosen privately (max_contributions = auto):",
     "keys": "keys per person, chosen privately (max_keys_per_unit = auto):",
+    "candidates": "candidates per person, chosen privately (max_candidates_per_unit = auto):",
 }
 
 

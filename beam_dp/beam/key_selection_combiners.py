@@ -64,15 +64,37 @@ class KeySelectionSpec:
     confidence: float = 0.95
     rng: RandomSource | None = None
     max_windows_per_unit: int = 1
+    #: With ``max_candidates_per_unit="auto"``: the window's whole epsilon (what the release
+    #: is charged), the part that chose the bound, and the public cap; ``epsilon`` is then the
+    #: selection's part and ``max_candidates_per_unit`` the chosen bound (:meth:`at_bound`).
+    window_epsilon: float | None = None
+    choice_epsilon: float | None = None
+    cap: int | None = None
+
+    def at_bound(self, bound: int) -> KeySelectionSpec:
+        """This spec at a privately chosen ``max_candidates_per_unit``."""
+        return dataclasses.replace(self, max_candidates_per_unit=int(bound))
 
     def release(self, labels: list[Any]) -> Release:
         """The release of the selected label set (its ledger and accuracy)."""
         threshold = key_selection_threshold(self.epsilon, self.delta, self.max_candidates_per_unit)
+        bounds = {
+            "max_candidates_per_unit": self.max_candidates_per_unit,
+            "distinct_candidates": 1,
+            "max_windows_per_unit": self.max_windows_per_unit,
+        }
+        extra: dict[str, float] = {}
+        epsilon = self.epsilon
+        if self.window_epsilon is not None:
+            assert self.choice_epsilon is not None and self.cap is not None
+            bounds["max_candidates_cap"] = self.cap
+            extra = {"epsilon_bound_choice": self.choice_epsilon, "epsilon_statistic": epsilon}
+            epsilon = self.window_epsilon
         entry = LedgerEntry(
             name=self.name,
             statistic="candidate_selection",
             mechanism="partition_selection",
-            epsilon=self.epsilon,
+            epsilon=epsilon,
             delta=self.delta,
             sensitivity=1.0,
             neighbouring="add_remove",
@@ -80,12 +102,9 @@ class KeySelectionSpec:
             # The universe of labels is not public; the released set is, so its size is
             # recorded (at least 1, as the ledger requires).
             num_candidates=max(1, len(labels)),
-            contribution_bounds={
-                "max_candidates_per_unit": self.max_candidates_per_unit,
-                "distinct_candidates": 1,
-                "max_windows_per_unit": self.max_windows_per_unit,
-            },
+            contribution_bounds=bounds,
             accuracy={
+                **extra,
                 "confidence": self.confidence,
                 "release_threshold": float(threshold),
                 "count_released_with_confidence": float(
@@ -225,21 +244,29 @@ class KeySelectionFn(beam.CombineFn):
         return accumulator
 
     def extract_output(self, accumulator: LabelSummary) -> list[Release]:
+        return self.releases(accumulator, self._spec)
+
+    def releases(self, accumulator: LabelSummary, spec: KeySelectionSpec) -> list[Release]:
+        """The selected set at ``spec`` and, with ``top``, the top-k among it."""
         labels = accumulator.counts.labels.to_pylist()
         counts = accumulator.counts.counts
         keep = select_keys(
             counts,
-            epsilon=self._spec.epsilon,
-            delta=self._spec.delta,
-            max_keys_per_unit=self._spec.max_candidates_per_unit,
-            rng=self._spec.rng,
+            epsilon=spec.epsilon,
+            delta=spec.delta,
+            max_keys_per_unit=spec.max_candidates_per_unit,
+            rng=spec.rng,
         )
         order = sorted(np.flatnonzero(keep).tolist(), key=lambda i: labels[i])
         selected = [labels[i] for i in order]
-        releases = [self._spec.release(selected)]
+        releases = [spec.release(selected)]
         if self._top is not None and selected:
             releases.append(self._top.release(counts[order], selected))
         return releases
+
+    @property
+    def spec(self) -> KeySelectionSpec:
+        return self._spec
 
     def display_data(self) -> dict[str, Any]:
         shown: dict[str, Any] = {
@@ -250,6 +277,31 @@ class KeySelectionFn(beam.CombineFn):
             "max_windows_per_unit": self._spec.max_windows_per_unit,
         }
         return shown
+
+
+class AutoKeySelectionFn(KeySelectionFn):
+    """:class:`KeySelectionFn` whose output is the merged counts, released at the chosen bound.
+
+    With ``max_candidates_per_unit="auto"`` the threshold needs the privately chosen bound, a
+    singleton side input per window; as for the quantiles, a ``Map`` with the side input
+    releases (:func:`release_selection_at_choice`), not the combine.
+    """
+
+    def extract_output(self, accumulator: LabelSummary) -> LabelSummary:  # type: ignore[override]
+        return self.compact(accumulator)
+
+    @property
+    def rng(self) -> RandomSource | None:
+        """The random source of the bound choice (that of the key selection)."""
+        return self.spec.rng
+
+
+def release_selection_at_choice(
+    element: tuple[Any, LabelSummary], choice: Any, fn: AutoKeySelectionFn
+) -> tuple[Any, list[Release]]:
+    """``(key, merged counts)`` to ``(key, releases)`` at the chosen bound."""
+    key, accumulator = element
+    return key, fn.releases(accumulator, fn.spec.at_bound(choice.bound))
 
 
 def _encode_labels(

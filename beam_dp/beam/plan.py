@@ -102,6 +102,9 @@ class Plan:
             from a side input, raw labels for DP key selection).
         max_windows_per_unit: the windows a unit keeps rows in (enforced by
             ``BoundContributions`` on windowed input).
+        graph: a graph other than the one-pass path (``graph(pcoll, plan)``), for a release
+            that needs more than one combine (DP key selection with a privately chosen
+            ``max_candidates_per_unit``); None for :func:`expand_plan`.
     """
 
     encode: dict[str, Any] | None
@@ -113,6 +116,7 @@ class Plan:
     keys: tuple[Any, ...] | None = None
     encode_fn: beam.DoFn | None = None
     max_windows_per_unit: int = 1
+    graph: Callable[[PCollection, Plan], PCollection] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,6 +210,8 @@ class PrivateTransform(beam.PTransform):
         self._rounds = built.rounds
 
     def expand(self, pcoll: PCollection) -> PCollection:
+        if self._plan.graph is not None:
+            return self._plan.graph(pcoll, self._plan)
         return expand_plan(pcoll, self._plan)
 
     def default_label(self) -> str:

@@ -21,6 +21,7 @@ run).
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
@@ -73,15 +74,19 @@ def expand_coarse_to_fine(pcoll: PCollection, plan: Plan, spec: QuantileSpec) ->
 def expand_auto_bound(
     pcoll: PCollection,
     plan: Plan,
-    spec: GridReleaseSpec,
+    spec: Any,
     auto: AutoBoundSpec,
     merge: beam.CombineFn,
+    *,
+    release: Callable[[tuple[Any, Any], BoundChoice, Any], tuple[Any, Any]] = release_at_choice,
 ) -> PCollection:
     """Bound at the cap, choose the bound privately per window, re-bound, release.
 
     ``merge`` combines a key's re-bounded batches into the accumulator that
-    ``spec.release_merged`` releases (:class:`AutoQuantileCombineFn`: a grid histogram;
-    :class:`AutoMeanCombineFn`: an exact sum), released by :func:`release_at_choice`.
+    ``release(element, choice, spec)`` releases: by default :func:`release_at_choice`, which
+    calls ``spec.release_merged`` (:class:`AutoQuantileCombineFn`: a grid histogram;
+    :class:`AutoMeanCombineFn`: an exact sum); DP key selection passes its own (its
+    accumulator holds distinct-unit counts per label). ``spec.rng`` draws the choice.
 
     The rows kept at the cap (a uniform sample per unit, and ``max_keys_per_unit`` keys)
     give the histogram of rows per unit (per (unit, key) for ``.PerKey``: a unit holds
@@ -103,7 +108,7 @@ def expand_auto_bound(
         keyed
         | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
         | "MergePerKey" >> beam.CombinePerKey(merge)
-        | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
+        | "Select" >> beam.Map(release, AsSingleton(choice), spec)
     )
     return label_releases(releases, plan)
 

@@ -91,7 +91,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Required, TypedDict, Unpack
+from typing import Any, Literal, Required, TypedDict, Unpack
 
 import numpy as np
 from apache_beam.pvalue import PCollection
@@ -146,7 +146,8 @@ _TopCandidatesOwn = TypedDict(  # noqa: UP013 (Required read at run time)
         "candidate_column": Required[str],
         "unit_column": Required[str | None],
         "k": int,
-        "max_candidates_per_unit": int | None,
+        # "auto" is refused with its reason (and taken by a KeySelection in job configs)
+        "max_candidates_per_unit": int | Literal["auto"] | None,
     },
     total=False,
 )
@@ -186,7 +187,9 @@ def _top_candidates(options: CommonOptions, keys: KeyOptions, args: TopCandidate
         raise ValueError(
             "'max_candidates_per_unit' takes no 'auto' in TopCandidates: the distinct-unit "
             "count has sensitivity 1 whatever a unit names, so a bound never lowers the "
-            "noise; leave it None (no bound) or give an integer"
+            "noise; leave it None (no bound) or give an integer (with candidates=None, "
+            "KeySelection(max_candidates_per_unit='auto') chooses the key selection's bound, "
+            "which sets its threshold)"
         )
     if max_candidates_per_unit is not None:
         DistinctUnitCount(1, max_candidates_per_unit)  # validates the bound

@@ -241,7 +241,8 @@ def _axis_ticks(lower: float, upper: float) -> str:
 @dataclass(frozen=True)
 class ChosenBound:
     """An ``"auto"`` release's privately chosen bound (a DP output): rows per person
-    (``max_contributions="auto"``) or keys per person (``max_keys_per_unit="auto"``)."""
+    (``max_contributions="auto"``), keys per person (``max_keys_per_unit="auto"``) or distinct
+    candidates per person (DP key selection's ``max_candidates_per_unit="auto"``)."""
 
     bound: int
     cap: int
@@ -253,6 +254,7 @@ class ChosenBound:
 _CHOSEN_FIELDS = {
     "rows": ("max_contributions_per_unit", "max_contributions_cap"),
     "keys": ("max_keys_per_unit", "max_keys_per_unit_cap"),
+    "candidates": ("max_candidates_per_unit", "max_candidates_cap"),
 }
 
 
@@ -261,12 +263,16 @@ def chosen_bound(release: Mapping[str, Any]) -> ChosenBound | None:
 
     The one reading of the record's fields for every display (the report and the jobs'
     terminal summary): ``contribution_bounds`` holds the bound and its cap
-    (``max_contributions_cap``, or ``max_keys_per_unit_cap`` for a chosen number of keys),
+    (``max_contributions_cap``; ``max_keys_per_unit_cap`` or ``max_candidates_cap`` for a
+    chosen number of keys or of distinct candidates),
     ``accuracy`` the epsilon of the choice.
     """
     bounds = release.get("contribution_bounds") or {}
     accuracy = release.get("accuracy") or {}
-    what = "keys" if "max_keys_per_unit_cap" in bounds else "rows"
+    what = next(
+        (name for name, (_, cap) in _CHOSEN_FIELDS.items() if cap in bounds and name != "rows"),
+        "rows",
+    )
     bound_field, cap_field = _CHOSEN_FIELDS[what]
     values: tuple[Any, ...] = (
         bounds.get(bound_field),

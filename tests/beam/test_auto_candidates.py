@@ -5,7 +5,9 @@ candidates per unit never lowers the noise: a privately chosen one would pay ``s
 epsilon`` and drop candidates for nothing (:mod:`beam_dp.summaries.contribution_bounds`,
 "Which bounds are worth choosing"). These tests hold the measurement behind that statement
 (exact pmfs over the pipeline's own bounding rule) and the refusal of ``"auto"`` before any
-pipeline runs (fail closed).
+pipeline runs (fail closed). DP key selection is another matter: there the bound sets the
+release threshold, and ``KeySelection(max_candidates_per_unit="auto")`` chooses it
+(tests/beam/test_auto_key_selection.py).
 """
 
 from __future__ import annotations
