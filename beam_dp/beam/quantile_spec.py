@@ -96,9 +96,10 @@ def build_quantiles(
     cell_plan = None
     auto: AutoBoundSpec | None = None
     if refine and values.auto is not None:
+        option = "max_contributions" if values.auto.target == "rows" else "max_keys_per_unit"
         raise ValueError(
-            "max_contributions='auto' does not combine with refine=True yet; give an integer "
-            "max_contributions or leave refine off"
+            f"{option}='auto' does not combine with refine=True yet; give an integer "
+            f"{option} or leave refine off"
         )
     if refine:
         beta = (1.0 - common.confidence) / 2

@@ -211,3 +211,8 @@ def test_the_key_choice_sees_one_count_per_unit_and_its_exact_pmf_loses_at_most_
                 continue
             worst = max(worst, float(np.max(np.abs(np.log(pmf(counts) / pmf(neighbour))))))
     assert 0 < worst <= float(kwargs["epsilon"]) + 1e-9
+
+
+def test_auto_keys_with_refine_is_refused_naming_the_option() -> None:
+    with pytest.raises(ValueError, match="max_keys_per_unit='auto' does not combine with refine"):
+        _per_key(PrivateMedian, refine=True)
