@@ -25,8 +25,8 @@ source = SecureRandom()
 for points in (11, 10_001):
     grid = Grid.uniform(0.0, 10.0, points)
     counts = grid.histogram(values).counts()
-    less, greater, scale = _Branch(0, grid.num_slots - 1).less_greater(counts)
-    first, second, common = pair_scores(less, greater, alphas)
+    less, equal, greater, scale = _Branch(0, grid.num_slots - 1).less_equal_greater(counts)
+    first, second, common = pair_scores(less, equal, greater, alphas)
     for epsilon in (Fraction(1), Fraction(1, 10)):
         rate = epsilon / (2 * pair_sensitivity(alphas, "add_remove", 1) * common * scale)
         line = f"grid {points:>6,}, epsilon {float(epsilon)}: "

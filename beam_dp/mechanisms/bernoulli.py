@@ -46,7 +46,7 @@ def bernoulli_rational(p: Fraction, n: int, source: RandomSource) -> BoolArray:
     ``p``'s expansion ends, tied lanes have U >= p and fail.
     """
     if not 0 <= p <= 1:
-        raise ValueError(f"'p' must be in [0, 1]; received {p}")
+        raise ValueError("'p' must be in [0, 1]")
     out = np.zeros(n, dtype=bool)
     if n == 0 or p == 0:
         return out
@@ -148,7 +148,7 @@ def _count_below_exact(gamma: Fraction, prefix: int, bits: int, source: RandomSo
     returned only once those bits decide every comparison ``U < t_k``.
     """
     if not 0 < gamma <= 1:
-        raise ValueError(f"'gamma' must be in (0, 1]; received {gamma}")
+        raise ValueError("'gamma' must be in (0, 1]")
     low = Fraction(prefix, 1 << bits)
     width = Fraction(1, 1 << bits)
     count, k, t = 0, 1, gamma  # t is t_k, the first threshold not yet counted
@@ -205,7 +205,7 @@ def _bernoulli_exp_at_most_one(gamma: Fraction, n: int, source: RandomSource) ->
 def bernoulli_exp(gamma: Fraction, n: int, source: RandomSource) -> BoolArray:
     """Return ``n`` independent Bernoulli(exp(-``gamma``)) coins, ``gamma`` rational >= 0."""
     if gamma < 0:
-        raise ValueError(f"'gamma' must be >= 0; received {gamma}")
+        raise ValueError("'gamma' must be >= 0")
     alive = np.arange(n)
     whole = gamma.numerator // gamma.denominator
     fraction = gamma - whole
@@ -273,7 +273,7 @@ def bernoulli_exp_multiples(
         source: random bits.
     """
     if c < 0:
-        raise ValueError(f"'c' must be >= 0; received {c}")
+        raise ValueError("'c' must be >= 0")
     n = int(multiples.shape[0])
     out = np.zeros(n, dtype=bool)
     if n == 0:

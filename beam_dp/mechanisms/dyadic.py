@@ -19,7 +19,7 @@ and the proposal is then accepted with probability ``exp(-y) * 2**s``, which is 
   with ``z / (3k)``, i.e. ``3 k U + s ln 2`` with ``y``, using exact integer bounds on
   ``ln 2`` and on ``U``, both refined 64 bits at a time until the comparison is decided. As
   ``s ln 2`` is irrational for ``s >= 1``, equality never holds and each refinement decides
-  with probability at least ``1 - 2**-60``: the loop ends with probability 1.
+  with probability at least ``1 - 2**-50`` (``sigma <= 202``): the loop ends with probability 1.
 * :func:`bernoulli_half_power` flips ``Bernoulli(2**-k)`` for any ``k >= 0`` from ``k`` fair
   bits, 64 at a time (it stops at the first nonzero word).
 
@@ -91,7 +91,7 @@ def envelope_exponents(estimates: npt.NDArray[np.float64]) -> npt.NDArray[np.int
 def bernoulli_half_power(k: int, source: RandomSource) -> bool:
     """``Bernoulli(2**-k)``: ``k`` fair bits, all zero."""
     if k < 0:
-        raise ValueError(f"'k' must be >= 0; received {k}")
+        raise ValueError("'k' must be >= 0")
     while k >= 64:
         if int(source.words64(1)[0]):
             return False
@@ -139,7 +139,7 @@ def bernoulli_exp_times_power_of_two(y: Fraction, sigma: int, source: RandomSour
             or ``y / ln 2 - sigma > 3`` (outside the range the envelope produces).
     """
     if sigma < 0:
-        raise ValueError(f"'sigma' must be >= 0; received {sigma}")
+        raise ValueError("'sigma' must be >= 0")
     if sigma == 0:
         return bool(bernoulli_exp(y, 1, source)[0])
     if not _scaled_ln2_below(y, sigma):
@@ -173,7 +173,7 @@ def bernoulli_envelope(y: Fraction, exponent: int, source: RandomSource) -> bool
     if exponent < CLAMP:
         return bernoulli_exp_times_power_of_two(y, exponent, source)
     if exponent != CLAMP:
-        raise ValueError(f"'exponent' must be at most {CLAMP}; received {exponent}")
+        raise ValueError(f"'exponent' must be at most {CLAMP}")
     point = _clamp_point()
     if y < point:
         raise ValueError("a clamped envelope needs y >= its clamp point")

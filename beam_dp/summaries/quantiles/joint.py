@@ -1,10 +1,10 @@
 """Two quantiles chosen jointly: one exponential mechanism over sorted pairs of grid points.
 
-Utility: for ``alpha_1 < alpha_2`` and grid points ``r_1 <= r_2``, with the signed
-single-quantile scores ``e_j = (1 - alpha_j) L(r_j) - alpha_j G(r_j)`` (``L``, ``G``: rows
-below and above; tie-neutral), ``U = |e_1| + |e_2| + |e_2 - e_1|``: JointExp's utility (Gillenwater,
-Joseph and Kulesza 2021), the total variation of the path ``0, e_1, e_2, 0``. It equals
-``2 R`` with ``R = max(0, e_1, e_2) - min(0, e_1, e_2)``.
+Utility: for ``alpha_1 < alpha_2`` and grid points ``r_1 <= r_2``, with the signed rank
+errors ``e_j`` of :func:`pair_scores` (the distance from ``alpha_j n`` to the rank interval
+``[L, L + E]`` of ``r_j``), ``U = |e_1| + |e_2| + |e_2 - e_1|``: JointExp's utility
+(Gillenwater, Joseph and Kulesza 2021), the total variation of the path ``0, e_1, e_2, 0``.
+It equals ``2 R`` with ``R = max(0, e_1, e_2) - min(0, e_1, e_2)``.
 
 Sensitivity: under add/remove, the largest of ``|d_1| + |d_2| + |d_2 - d_1|`` over the six
 ways one value can move the two scores, ``2 (1 - min gap)`` per value; under replace, 2 per
@@ -62,16 +62,31 @@ def pair_loss(
 
 
 def pair_scores(
-    less: IntArray, greater: IntArray, alphas: tuple[Fraction, Fraction]
+    less: IntArray, equal: IntArray, greater: IntArray, alphas: tuple[Fraction, Fraction]
 ) -> tuple[IntArray, IntArray, int]:
+    """Each quantile's signed rank error at every grid point, as integers times ``common``.
+
+    ``e_j(r)`` is the signed distance from ``alpha_j n`` to the point's rank interval
+    ``[L, L + E]`` (``L``, ``E``: rows below and equal, ``n = L + E + G``): 0 when some rank of
+    the value ``r`` is ``alpha_j n``, ``L - alpha_j n > 0`` above, ``L + E - alpha_j n < 0``
+    below. It is non-decreasing along the grid, ``e_1 >= e_2`` at every point, and one value
+    moves it by ``-alpha_j`` (a value above), ``1 - alpha_j`` (below) or a share between them
+    (equal), as the tie-neutral score does; but a quantile that falls in a block of ties scores
+    0 at the tied value, so neither quantile of a pair is left free when both fall in one
+    block (JointExp's path utility would then ignore the smaller of two negative errors).
+    """
     low, high = alphas
     common = math.lcm(low.denominator, high.denominator)
-    largest = max(int(less.max(initial=0)), int(greater.max(initial=0)))
+    total = less + equal + greater
+    largest = int(total.max(initial=0))
     check_fits_int64(4 * common * largest, "joint quantile scores")
     signed = []
     for alpha in alphas:
-        above = int(alpha * common)
-        signed.append((common - above) * less - above * greater)
+        target = int(alpha * common) * total
+        below = common * less
+        signed.append(
+            np.maximum(below - target, 0) + np.minimum(below + common * equal - target, 0)
+        )
     return signed[0], signed[1], common
 
 
@@ -224,9 +239,9 @@ def select_pair(
     """Draw ``i <= j`` with probability proportional to ``exp(-rate * U(i, j))``, exactly.
 
     ``U = |a_i| + |b_j| + |b_j - a_i| = 2 R`` with ``a = first``, ``b = second`` (both
-    non-decreasing) and ``R = max(0, a_i, b_j) - min(0, a_i, b_j)``. See the module for the
-    envelope and :func:`_pair_rounds` for the proof that a round accepts with probability at
-    least 1/16.
+    non-decreasing, ``a >= b``) and ``R = max(0, a_i, b_j) - min(0, a_i, b_j)``. See the module
+    for the envelope and :func:`_pair_rounds` for the proof that a round accepts with
+    probability at least 1/130.
     """
     i, j, _ = _pair_rounds(first, second, rate, source)
     return i, j
@@ -264,6 +279,8 @@ def _pair_rounds(
         raise ValueError("'first' and 'second' must be non-empty and of one length")
     if np.any(np.diff(a) < 0) or np.any(np.diff(b) < 0):
         raise ValueError("'first' and 'second' must be non-decreasing along the grid")
+    if np.any(a < b):  # the lower quantile's error is never below the higher one's
+        raise ValueError("'first' must be >= 'second' at every grid point")
     rate2 = 2 * rate
     pieces = _pieces(a, b, rate2)
     floors = [sum(f.floor for f in piece.families) for piece in pieces]

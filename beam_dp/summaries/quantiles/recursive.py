@@ -140,6 +140,11 @@ class _Branch:
 
     def less_greater(self, counts: IntArray) -> tuple[IntArray, IntArray, int]:
         """Weighted ``(L, G)`` of the branch's candidates, as integers times ``scale``."""
+        less, _, greater, scale = self.less_equal_greater(counts)
+        return less, greater, scale
+
+    def less_equal_greater(self, counts: IntArray) -> tuple[IntArray, IntArray, IntArray, int]:
+        """Weighted ``(L, E, G)`` of the branch's candidates, as integers times ``scale``."""
         scale = max(self.first_weight.denominator, self.last_weight.denominator)
         segment = counts[self.first : self.last + 1] * scale
         segment[0] = counts[self.first] * int(self.first_weight * scale)
@@ -149,9 +154,10 @@ class _Branch:
         total = cumulative[-1]
         low, high = self.candidates
         positions = 2 * np.arange(low, high + 1, dtype=np.int64) + 1 - self.first
-        less: IntArray = cumulative[positions] - segment[positions]
+        equal: IntArray = segment[positions]
+        less: IntArray = cumulative[positions] - equal
         greater: IntArray = total - cumulative[positions]
-        return less, greater, scale
+        return less, equal, greater, scale
 
 
 def _select_node(
@@ -187,8 +193,8 @@ def _select_pair_node(
     source: RandomSource,
 ) -> tuple[int, int]:
     assert node.second_alpha is not None
-    less, greater, scale = branch.less_greater(counts)
-    first, second, common = pair_scores(less, greater, (node.alpha, node.second_alpha))
+    less, equal, greater, scale = branch.less_equal_greater(counts)
+    first, second, common = pair_scores(less, equal, greater, (node.alpha, node.second_alpha))
     rate = node.epsilon / (2 * node.sensitivity * common * scale)
     low, _ = branch.candidates
     i, j = select_pair(first, second, rate, source)

@@ -152,7 +152,7 @@ def test_huge_epsilon_releases_the_best_grid_points_in_request_order() -> None:
         (np.concatenate([np.linspace(0.5, 6.5, 400), np.full(600, 7.0)]), [0.7, 0.9], 7.0),
     ],
 )
-@pytest.mark.parametrize("split", ["recursive", "independent"])
+@pytest.mark.parametrize("split", ["recursive", "joint", "independent"])
 def test_ties_at_a_split_point_are_shared_not_lost(
     values: np.ndarray, quantiles: list[float], expected: float, split: str
 ) -> None:
