@@ -235,6 +235,7 @@ def quantile_statement(
     confidence: float,
     several_rounds: bool,
     two_pass: bool = False,
+    pairs: bool = False,
 ) -> AccuracyStatement:
     """The accuracy of a quantile release, named for what it bounds.
 
@@ -255,7 +256,10 @@ def quantile_statement(
     cell around the true quantile, ties at its ends included: data-dependent, never released.
     Hence the key's name, ``rank_error_beyond_best_grid_point``. With several quantiles under
     the recursive split, each bound is the sum over the selections on its path, each beyond its
-    branch's best grid point (see :mod:`beam_dp.summaries.quantiles`).
+    branch's best grid point (see :mod:`beam_dp.summaries.quantiles`). With ``pairs`` (the
+    joint split chose some quantiles two at a time) such a quantile's term bounds the distance
+    from ``alpha N`` to its rank range beyond the best *pair* of grid points, whose two
+    distances can add up: the sentence says so.
     """
     loss = float(rank_error)
     level = f"With probability {confidence:g}"
@@ -274,6 +278,13 @@ def quantile_statement(
         if several_rounds and len(alphas) > 1
         else ""
     )
+    if pairs and len(alphas) > 1:
+        path = (
+            " (summed over the selections on its path, each beyond its branch's best grid "
+            "point; for two quantiles selected together, it is the distance from alpha*N to the "
+            "value's rank range that is bounded, beyond the best pair of grid points, whose two "
+            "distances can add up)"
+        )
     passes = " (both passes of the coarse-to-fine grid together)" if two_pass else ""
     rows = "values kept after bounding"
     return AccuracyStatement(

@@ -392,6 +392,11 @@ def test_several_quantiles_say_the_bound_is_summed_over_the_path() -> None:
         [0.5], rank_error=9.0, confidence=0.95, several_rounds=False, two_pass=True
     )
     assert "coarse-to-fine" in two_pass.description and "fine_rank_error" in two_pass.units
+    joint = quantile_statement(
+        [0.1, 0.3], rank_error=20.0, confidence=0.95, several_rounds=True, pairs=True
+    )
+    assert "beyond the best pair of grid points" in joint.description
+    assert "rank range" in joint.description
 
 
 def test_selection_statements_are_in_the_scores_own_units() -> None:

@@ -211,6 +211,7 @@ class QuantileSpec(GridReleaseSpec):
                 rank_error=selection.rank_error,
                 confidence=self.confidence,
                 several_rounds=self.plan.split in ("recursive", "joint"),
+                pairs=any(node.second_target is not None for node in self.plan.nodes),
                 two_pass=self.cell_plan is not None,
             ),
         )
