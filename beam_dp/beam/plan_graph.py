@@ -249,10 +249,13 @@ def _prepare(
     return batches, args
 
 
-def _with_markers(pcoll: PCollection, plan: Plan, values: PCollection) -> PCollection:
+def _with_markers(
+    pcoll: PCollection, plan: Plan, values: PCollection, markers: PCollection | None = None
+) -> PCollection:
     # Each marker brings an empty batch (per public key) so that its window releases, even
     # when all of its records were dropped or, in the global window, when there is no input.
-    markers = window_markers(pcoll, unit_level=plan.bounds is not None)
+    if markers is None:
+        markers = window_markers(pcoll, unit_level=plan.bounds is not None)
     if plan.keys is None:
         empty = markers | "EmptyBatch" >> beam.Map(_empty_batch)
         return (values, empty) | "WithEmptyBatch" >> beam.Flatten()
@@ -283,11 +286,14 @@ def unit_batches(pcoll: PCollection, plan: Plan) -> PCollection:
     return values
 
 
-def keyed_batches(pcoll: PCollection, plan: Plan, batches: PCollection) -> PCollection:
+def keyed_batches(
+    pcoll: PCollection, plan: Plan, batches: PCollection, markers: PCollection
+) -> PCollection:
     """:func:`keyed_input` from :func:`unit_batches` (possibly re-bounded): split by key, with
-    the markers."""
+    ``markers`` (:func:`window_markers` of ``pcoll``, computed once by the caller, who needs
+    them too)."""
     split = batches | "SplitByKey" >> beam.FlatMap(split_by_key)
-    return _with_markers(pcoll, plan, split)
+    return _with_markers(pcoll, plan, split, markers)
 
 
 def label_releases(releases: PCollection, plan: Plan) -> PCollection:

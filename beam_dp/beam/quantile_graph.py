@@ -142,7 +142,7 @@ def _expand_auto_keys(
     statistic runs at its share of the window's budget at ``K`` (:class:`KeyShare`).
     """
     batches = unit_batches(pcoll, plan)
-    markers = pcoll | "ChoiceMarkers" >> beam.ptransform_fn(window_markers)(unit_level=True)
+    markers = window_markers(pcoll, unit_level=True)  # for the choice and the releases
     choice = (
         (
             batches | "KeysPerUnit" >> beam.Map(_keys_histogram_of, auto.cap),
@@ -157,7 +157,7 @@ def _expand_auto_keys(
         _rebound_keys_to, AsSingleton(choice), salt
     )
     releases = (
-        keyed_batches(pcoll, plan, rebounded)
+        keyed_batches(pcoll, plan, rebounded, markers)
         | "MergePerKey" >> beam.CombinePerKey(merge)
         | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
     )

@@ -224,6 +224,12 @@ def _exact_fraction(value: object, name: str) -> Fraction:
     return value if isinstance(value, Fraction) else Fraction(repr(float(value)))  # type: ignore[arg-type]
 
 
+_TWO_AUTOS = (
+    "give 'auto' to one of 'max_contributions' and 'max_keys_per_unit', not both: each "
+    "choice is made with the other bound fixed"
+)
+
+
 def check_auto_bound(
     max_contributions: object, own: Mapping[str, Any], *, num_keys: int | None = None
 ) -> AutoBound | None:
@@ -240,10 +246,7 @@ def check_auto_bound(
     """
     rows = isinstance(max_contributions, str) and max_contributions == "auto"
     if rows and num_keys is not None:
-        raise ValueError(
-            "give 'auto' to one of 'max_contributions' and 'max_keys_per_unit', not both: "
-            "each choice is made with the other bound fixed"
-        )
+        raise ValueError(_TWO_AUTOS)
     if not rows and num_keys is None:
         given = [key for key in _AUTO_KEYS if key in own]
         if given:
@@ -421,7 +424,8 @@ def take_value_options(
                 "max_keys_per_unit='auto' needs a 'unit_column': with unit_column=None "
                 "(record-level privacy) every record is its own unit and reaches one key"
             )
-        check_auto_bound(max_contributions, own, num_keys=2)  # refuses both 'auto' early
+        if isinstance(max_contributions, str) and max_contributions == "auto":
+            raise ValueError(_TWO_AUTOS)  # before the row bound is checked as an integer
         auto = None
     else:
         auto = check_auto_bound(max_contributions, own)
