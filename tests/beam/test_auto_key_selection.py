@@ -5,7 +5,6 @@ bound, the ledger, the exact pmf of the choice over neighbours, and the refusals
 
 from __future__ import annotations
 
-import pickle
 from fractions import Fraction
 from typing import Any
 
@@ -13,14 +12,12 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
+from choice_helpers import spy_on_choices, worst_loss_over_one_count
 
-import beam_dp.beam.quantile_combiners as combiners
 from beam_dp.beam.key_selection import KeySelection, SelectCandidates
 from beam_dp.beam.selection import TopCandidates
-from beam_dp.mechanisms import selection_probabilities
 from beam_dp.mechanisms.partition_selection import key_selection_threshold
 from beam_dp.release import ledger_entries_to_record
-from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram
 
 
 @pytest.fixture
@@ -50,16 +47,7 @@ def _sites(seed: int = 0) -> list[pa.RecordBatch]:
 def test_auto_chooses_the_labels_per_unit_and_the_threshold_follows_it(
     run: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    spied = tmp_path / "spy"
-    spied.mkdir()
-    real = combiners.choose_bound
-
-    def spy(counts: Any, **kwargs: Any) -> Any:
-        with open(spied / f"{len(list(spied.iterdir()))}.pkl", "wb") as handle:
-            pickle.dump((np.asarray(counts), kwargs), handle)
-        return real(counts, **kwargs)
-
-    monkeypatch.setattr(combiners, "choose_bound", spy)
+    seen = spy_on_choices(monkeypatch, tmp_path / "spy")
     batches = _sites()
     transform = SelectCandidates.Globally(
         candidate_column="site",
@@ -70,7 +58,7 @@ def test_auto_chooses_the_labels_per_unit_and_the_threshold_follows_it(
         bound_cap=64,
     )
     (release,) = run(lambda p: p | beam.Create(batches) | transform)
-    ((counts, kwargs),) = [pickle.loads(path.read_bytes()) for path in spied.iterdir()]
+    ((counts, kwargs),) = seen()
     assert counts.size == 65 and counts.sum() == 4000  # one count per person
     assert counts[1:4].sum() == 4000 and counts[4:].sum() == 0  # 1-3 distinct sites each
     assert kwargs["counts_per_unit"] == 1
@@ -91,21 +79,7 @@ def test_auto_chooses_the_labels_per_unit_and_the_threshold_follows_it(
     assert 20 <= len(release.value) <= 30 and set(release.value) <= {f"site{i}" for i in range(30)}
     assert sum(entry.epsilon for entry in ledger_entries_to_record([release])) == 1.0
 
-    def pmf(histogram: np.ndarray) -> np.ndarray:
-        scored = bound_scores(histogram, alpha=kwargs["alpha"], relation="add_remove")
-        return selection_probabilities(
-            scored.scores,
-            epsilon=kwargs["epsilon"],
-            sensitivity=scored.scaled_sensitivity,
-            method=kwargs["method"],
-        )
-
-    worst = 0.0
-    for held in range(1, 65):
-        for sign in (-1, 1):
-            neighbour = counts + sign * count_histogram([held], cap=64)
-            if neighbour.min() >= 0:
-                worst = max(worst, float(np.max(np.abs(np.log(pmf(counts) / pmf(neighbour))))))
+    worst = worst_loss_over_one_count(counts, kwargs)
     assert 0 < worst <= float(kwargs["epsilon"]) + 1e-9
 
 

@@ -3,7 +3,6 @@ key at the chosen number of keys, the records and ledger, and the refusals."""
 
 from __future__ import annotations
 
-import pickle
 from fractions import Fraction
 from typing import Any
 
@@ -11,15 +10,14 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pytest
+from choice_helpers import spy_on_choices, worst_loss_over_one_count
 
-import beam_dp.beam.quantile_combiners as combiners
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import KEY, UNIT, VALUE
 from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
 from beam_dp.beam.rebounding import keys_per_unit_histogram, rebound_keys
-from beam_dp.mechanisms import InsecureRandomWarning, selection_probabilities
+from beam_dp.mechanisms import InsecureRandomWarning
 from beam_dp.release import ledger_entries_to_record
-from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram
 
 pytestmark = pytest.mark.filterwarnings("ignore", category=InsecureRandomWarning)
 
@@ -172,44 +170,16 @@ def test_the_key_choice_sees_one_count_per_unit_and_its_exact_pmf_loses_at_most_
     ``counts_per_unit=1`` and ``bound_share`` of the window's epsilon; the exact pmf of that
     choice then loses at most that epsilon when any one unit (any key count) is removed or
     added."""
-    seen: list[tuple[np.ndarray, dict[str, Any]]] = []
-    real = combiners.choose_bound
-    spied = tmp_path / "spy"
-    spied.mkdir()
-
-    def spy(counts: Any, **kwargs: Any) -> Any:
-        with open(spied / f"{len(list(spied.iterdir()))}.pkl", "wb") as handle:
-            pickle.dump((np.asarray(counts), kwargs), handle)
-        return real(counts, **kwargs)
-
-    monkeypatch.setattr(combiners, "choose_bound", spy)
+    seen = spy_on_choices(monkeypatch, tmp_path / "spy")
     batches = _data(3)
     run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, epsilon=2.0))
-    for path in spied.iterdir():
-        with open(path, "rb") as handle:
-            seen.append(pickle.load(handle))
-    ((counts, kwargs),) = seen
+    ((counts, kwargs),) = seen()
     assert counts.size == 9 and counts.sum() == 3000  # one count per person, keys capped at 8
     assert counts[1] + counts[2] == 3000  # everyone holds 1 or 2 keys
     assert kwargs["counts_per_unit"] == 1
     assert kwargs["epsilon"] == Fraction(1, 5)  # bound_share (1/10) of the window's 2.0
 
-    def pmf(histogram: np.ndarray) -> np.ndarray:
-        scored = bound_scores(histogram, alpha=kwargs["alpha"], relation="add_remove")
-        return selection_probabilities(
-            scored.scores,
-            epsilon=kwargs["epsilon"],
-            sensitivity=scored.scaled_sensitivity,
-            method=kwargs["method"],
-        )
-
-    worst = 0.0
-    for keys_held in range(1, 9):
-        for sign in (-1, 1):
-            neighbour = counts + sign * count_histogram([keys_held], cap=8)
-            if neighbour.min() < 0:
-                continue
-            worst = max(worst, float(np.max(np.abs(np.log(pmf(counts) / pmf(neighbour))))))
+    worst = worst_loss_over_one_count(counts, kwargs)
     assert 0 < worst <= float(kwargs["epsilon"]) + 1e-9
 
 
