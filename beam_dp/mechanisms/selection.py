@@ -157,7 +157,7 @@ def _batch_size(gaps: npt.NDArray[Any], rate: Fraction) -> int:
     return int(min(_MAX_BATCH, max(16, math.ceil(3 * expected))))
 
 
-def exponential_gaps(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
+def _exponential(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
     d = int(gaps.shape[0])
     if d == 1:
         return 0
@@ -180,7 +180,7 @@ def _select_exact(
     if method == "permute_and_flip":
         chosen = _permute_and_flip(gaps, rate, source)
     else:
-        chosen = exponential_gaps(gaps, rate, source)
+        chosen = _exponential(gaps, rate, source)
     return chosen if where is None else int(where[chosen])
 
 
