@@ -1,6 +1,8 @@
 """Manage privacy budgets that outlive a job: datasets in a persistent ledger.
 
-    python -m pipelines.budget create  --ledger URL --dataset NAME --epsilon 1.0 --renewal monthly
+    python -m pipelines.budget create  --ledger URL --dataset NAME --input LOCATION --epsilon 1.0 \
+                                       [--renewal monthly]
+    python -m pipelines.budget protect --ledger URL --dataset NAME --input LOCATION
     python -m pipelines.budget show    --ledger URL [--dataset NAME] [--json]
     python -m pipelines.budget history --ledger URL --dataset NAME [--json]
     python -m pipelines.budget renew   --ledger URL --dataset NAME --renewal monthly [--epsilon E]
@@ -17,8 +19,15 @@ composition, or ``--composition zcdp`` with ``--rho`` (or ``--epsilon`` to deriv
 is an allowance granted afresh each calendar period in UTC ("1.0 per calendar month":
 ``--epsilon 1.0 --renewal monthly``). ``renew`` changes the rule, or the allowance, from the
 next period on: the current period keeps its allowance and its charges. ``release`` lifts the
-charge of a reservation whose job died before it could write anything (an owner's decision,
-recorded with its reason). Amounts are read exactly as written (``0.1``, ``1e-6``, ``1/3``).
+charge of a reservation whose job died before it began reading data (an owner's decision,
+recorded with its reason); a run that began reading may have published and is never refunded.
+Amounts are read exactly as written (``0.1``, ``1e-6``, ``1/3``).
+
+One export, one budget: ``--input`` (repeatable; required at ``create``) registers the
+locations of the export the dataset protects, a path prefix or a glob (``/data/people/``,
+``'gs://bucket/people/*.parquet'``). A job charged to the dataset must read files inside them,
+and no job may charge another dataset for them; ``protect`` adds locations later. Two datasets'
+locations may not overlap. A copy of the data elsewhere is the operator's to keep out.
 """
 
 from __future__ import annotations
@@ -114,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="public text shown with the dataset (owner, population). Default: empty",
     )
+    inputs_help = (
+        "a location of the export the dataset protects: a path prefix or a glob, local or "
+        "scheme:// (repeat for several); jobs charged to the dataset read only inside them"
+    )
+    create.add_argument("--input", action="append", required=True, help=inputs_help + ". Required")
+    protect = command("protect", "register more input locations the dataset protects")
+    protect.add_argument("--input", action="append", required=True, help=inputs_help + ". Required")
 
     command("show", "the budget of one dataset, or of every dataset", dataset=False)
     command("history", "every run and owner action of a dataset")
@@ -133,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         "--rho", help="the allowance's rho in later periods (zcdp). Default: unchanged"
     )
 
-    release = command("release", "lift the charge of a reserved or abandoned run (owner)")
+    release = command("release", "lift the charge of a run that never began reading data (owner)")
     release.add_argument(
         "--run", type=int, required=True, help="the run's id (see history). Required"
     )
@@ -169,6 +185,9 @@ def print_status(status: DatasetStatus, out: TextIO) -> None:
         f"{status.relation}, {status.total.describe(status.composition)} "
         f"{renewal_phrase(status.renewal)}" + (f"; {status.note}" if status.note else ""),
         file=out,
+    )
+    print(
+        f"protects: {', '.join(status.inputs) or 'no input yet (register one: protect)'}", file=out
     )
     print(f"period {status.periods}: {status.period.describe()}", file=out)
     coordinates = _coordinates(status)
@@ -276,10 +295,16 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace, out: TextIO) -> dict[str
             relation=args.relation,
             renewal=args.renewal,
             note=args.note,
+            inputs=args.input,
         )
         if table:
             print(f"created dataset {status.name} in {ledger.url}", file=out)
             print_status(status, out)
+        return {"ledger": ledger.url, **status.to_json()}
+    if args.command == "protect":
+        status = ledger.protect(args.dataset, args.input)
+        if table:
+            print(f"dataset {status.name} now protects {', '.join(status.inputs)}", file=out)
         return {"ledger": ledger.url, **status.to_json()}
     if args.command == "show":
         names = [args.dataset] if args.dataset else ledger.datasets()

@@ -12,10 +12,11 @@ Example::
     from beam_dp.ledger import Plan, RunInfo, open_ledger
 
     with open_ledger("sqlite:///var/lib/beam-dp/budget.db") as ledger:
-        reservation = ledger.reserve("survey_users", Plan.from_budget(budget),
-                                     RunInfo(job="nightly"))
-        ...  # read, release, write outputs
+        run = RunInfo(job="nightly", inputs=files, output_location="gs://bucket/out")
+        reservation = ledger.reserve("survey_users", Plan.from_budget(budget), run)
+        reservation.start()  # then read, release
         reservation.commit(budget.ledger, output_location="gs://bucket/out")
+        ...  # write the outputs
 
 Pure Python (``sqlite3``; ``psycopg`` for PostgreSQL); no Apache Beam.
 """
@@ -23,10 +24,11 @@ Pure Python (``sqlite3``; ``psycopg`` for PostgreSQL); no Apache Beam.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from beam_dp.ledger._amounts import show_amount
 from beam_dp.ledger._backend import Backend
+from beam_dp.ledger._runs import COMMIT_ATTEMPTS
 from beam_dp.ledger.errors import (
     BudgetExceededError,
     LedgerCorruptError,
@@ -47,6 +49,7 @@ from beam_dp.ledger.store import (
 from beam_dp.ledger.urls import parse_ledger_url, redact_url
 
 __all__ = [
+    "COMMIT_ATTEMPTS",
     "RENEWALS",
     "BudgetExceededError",
     "Cost",
@@ -72,10 +75,6 @@ __all__ = [
 ]
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def open_ledger(
     url: str,
     *,
@@ -90,8 +89,9 @@ def open_ledger(
         create: Create the ledger (file with permissions 0600, or tables) if it does not
             exist. Jobs leave it False, so a mistyped URL is an error, not a fresh budget.
         timeout: Seconds to wait for the SQLite write lock, or to connect to PostgreSQL.
-        clock: Returns the current time (timezone-aware); the default is the system clock
-            in UTC. Tests pass a fixed clock to cross renewal periods.
+        clock: For tests only: returns the current time (timezone-aware). By default the
+            ledger keeps its own time: the server's ``now()`` on PostgreSQL, this host's clock
+            in UTC on SQLite (:meth:`beam_dp.ledger._tables.Tables.time`).
 
     Raises:
         LedgerUnavailableError: the file is missing or the server cannot be reached.
@@ -113,6 +113,6 @@ def open_ledger(
         backend,
         parsed,
         create=create,
-        clock=clock or _utc_now,
+        clock=clock,
         reopen=lambda: open_ledger(url, timeout=timeout, clock=clock),
     )

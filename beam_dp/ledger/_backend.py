@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 __all__ = ["Backend", "Transaction"]
@@ -70,6 +71,10 @@ class Backend(abc.ABC):
         """A transaction opened by the statement ``begin``: committed when the block ends,
         rolled back if it raises; a driver's error becomes a one-line ledger error."""
 
+    def server_time(self, transaction: Transaction) -> datetime | None:
+        """The database server's clock in ``transaction`` (None: the backend has no server)."""
+        return None
+
     @abc.abstractmethod
     def has_table(self, transaction: Transaction, table: str) -> bool:
         """Whether ``table`` exists."""
@@ -80,6 +85,9 @@ class Backend(abc.ABC):
 
     def prepare_schema(self, transaction: Transaction) -> None:  # noqa: B027 - optional hook
         """Run before the DDL in the creating transaction (PostgreSQL takes a lock)."""
+
+    def lock_registrations(self, transaction: Transaction) -> None:  # noqa: B027 - optional hook
+        """Serialise the changes of what datasets protect (SQLite: every writer already is)."""
 
     @abc.abstractmethod
     def close(self) -> None:

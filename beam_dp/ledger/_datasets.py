@@ -1,4 +1,5 @@
-"""An owner's changes to a dataset: create it with its allowance, change its renewal.
+"""An owner's changes to a dataset: create it with its allowance and the input it protects,
+change its renewal, register more input locations.
 
 A dataset's total is set once; :func:`set_renewal` changes the rule (and optionally the
 allowance) from the next period on, so the current period keeps both its allowance and its
@@ -9,20 +10,23 @@ history``. Amounts are validated and kept exact (:mod:`beam_dp.ledger._amounts`)
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from collections.abc import Sequence
 from fractions import Fraction
 
 from beam_dp._validation import check_relation
 from beam_dp.accounting import Composition
 from beam_dp.accounting.zcdp import approx_dp_to_zcdp
 from beam_dp.ledger._amounts import exact_amount
+from beam_dp.ledger._backend import Transaction
 from beam_dp.ledger._records import timestamp
 from beam_dp.ledger._tables import AMOUNT_KEYS, Tables, check_dataset_name
 from beam_dp.ledger.errors import LedgerError
+from beam_dp.ledger.inputs import normalise_location, overlap
 from beam_dp.ledger.periods import check_renewal, period_containing
 from beam_dp.ledger.plan import check_composition
 
-__all__ = ["check_allowance", "create_dataset", "set_renewal"]
+__all__ = ["check_allowance", "create_dataset", "protect", "set_renewal"]
 
 
 def check_allowance(
@@ -60,9 +64,34 @@ def check_allowance(
     return {"epsilon": Fraction(0), "delta": delta_f, "rho": rho_f}
 
 
+def _checked_inputs(
+    tables: Tables, transaction: Transaction, name: str, inputs: object
+) -> list[str]:
+    """``inputs`` normalised; refused if empty or if one may overlap another dataset's (read
+    under the registration lock, so that two changes at once cannot both pass)."""
+    if isinstance(inputs, str) or not isinstance(inputs, Sequence) or not inputs:
+        raise LedgerError(
+            "'inputs' must list the locations of the export the dataset protects (a path "
+            "prefix or a glob, e.g. /data/people/ or gs://bucket/people/*.parquet)"
+        )
+    locations = list(dict.fromkeys(normalise_location(location) for location in inputs))
+    tables.backend.lock_registrations(transaction)
+    for other, registered in sorted(tables.registrations(transaction).items()):
+        if other == name:
+            continue
+        for location in locations:
+            clash = next((r for r in registered if overlap(location, r)), None)
+            if clash is not None:
+                raise LedgerError(
+                    f"input location {location} may overlap {clash}, which dataset {other!r} "
+                    "protects: one export, one budget (register a location that is disjoint "
+                    "from every other dataset's)"
+                )
+    return locations
+
+
 def create_dataset(
     tables: Tables,
-    now: datetime,
     name: str,
     *,
     epsilon: object,
@@ -72,8 +101,9 @@ def create_dataset(
     relation: str,
     renewal: str,
     note: str,
+    inputs: object,
 ) -> None:
-    """Create a dataset at ``now`` (:meth:`beam_dp.ledger.Ledger.create_dataset`)."""
+    """Create a dataset (:meth:`beam_dp.ledger.Ledger.create_dataset`)."""
     check_dataset_name(name)
     try:
         kind = check_composition(composition)
@@ -84,18 +114,20 @@ def create_dataset(
         raise LedgerError(str(error)) from None
     if not isinstance(note, str):
         raise LedgerError("'note' must be text")
-    end = period_containing(rule, now)[1]
     with tables.backend.write() as transaction:
+        now = tables.time(transaction, forward_of=name)
+        end = period_containing(rule, now)[1]
         if transaction.one("SELECT 1 FROM beam_dp_datasets WHERE name = ?", (name,)):
             raise LedgerError(
                 f"ledger {tables.url} already has a dataset {name!r}; its total is set once "
                 "(use 'renew' to change its renewal from the next period on)"
             )
+        locations = _checked_inputs(tables, transaction, name, inputs)
         stored = [str(amounts[key]) for key in AMOUNT_KEYS]
         transaction.execute(
             "INSERT INTO beam_dp_datasets (name, composition, relation, epsilon, delta, rho, "
-            "renewal, created_at, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (name, kind, relation, *stored, rule, timestamp(now), note),
+            "renewal, created_at, note, inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (name, kind, relation, *stored, rule, timestamp(now), note, json.dumps(locations)),
         )
         transaction.execute(
             "INSERT INTO beam_dp_periods (dataset, starts_at, ends_at, epsilon, delta, rho) "
@@ -115,13 +147,36 @@ def create_dataset(
                 "delta": str(amounts["delta"]),
                 "rho": str(amounts["rho"]) if kind == "zcdp" else None,
                 "note": note,
+                "inputs": locations,
             },
         )
 
 
+def protect(tables: Tables, name: str, inputs: object) -> None:
+    """Register more input locations for a dataset (:meth:`beam_dp.ledger.Ledger.protect`).
+
+    Locations are only ever added (a job's earlier runs stay accounted to the dataset), and
+    each must be disjoint from every other dataset's registration.
+    """
+    with tables.backend.write() as transaction:
+        data = tables.dataset_row(transaction, name, lock=True)
+        now = tables.time(transaction, forward_of=name)
+        added = [
+            location
+            for location in _checked_inputs(tables, transaction, name, inputs)
+            if location not in data["inputs"]
+        ]
+        if not added:
+            return
+        transaction.execute(
+            "UPDATE beam_dp_datasets SET inputs = ? WHERE name = ?",
+            (json.dumps([*data["inputs"], *added]), name),
+        )
+        tables.add_event(transaction, name, now, "protect", {"inputs": added})
+
+
 def set_renewal(
     tables: Tables,
-    now: datetime,
     name: str,
     renewal: str,
     *,
@@ -129,13 +184,14 @@ def set_renewal(
     delta: object,
     rho: object,
 ) -> None:
-    """Change a dataset's renewal at ``now`` (:meth:`beam_dp.ledger.Ledger.set_renewal`)."""
+    """Change a dataset's renewal (:meth:`beam_dp.ledger.Ledger.set_renewal`)."""
     try:
         rule = check_renewal(renewal)
     except ValueError as error:
         raise LedgerError(str(error)) from None
     with tables.backend.write() as transaction:
         data = tables.dataset_row(transaction, name, lock=True)
+        now = tables.time(transaction, forward_of=name)
         kind: Composition = data["composition"]
         period = tables.current_period(transaction, data, now, materialise=True)
         amounts = {key: data[key] for key in AMOUNT_KEYS}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from beam_dp.ledger._backend import Backend, Transaction
@@ -22,8 +23,10 @@ try:
 except ImportError:  # pragma: no cover - depends on the installation
     psycopg = None  # type: ignore[assignment]
 
-# Any constant: the creating transaction holds this advisory lock while it runs the DDL.
+# Any constants: the creating transaction holds the first advisory lock while it runs the DDL;
+# a change of what datasets protect holds the second (two datasets never register one export).
 _SCHEMA_LOCK = 7_413_219_044
+_REGISTRATION_LOCK = 7_413_219_045
 
 
 class _PostgresTransaction(Transaction):
@@ -68,6 +71,11 @@ class PostgresBackend(Backend):
 
     def __init__(self, url: LedgerURL, *, connect_timeout: float) -> None:
         self._url = url
+        # A writer waits at most the timeout for a row lock, then fails (and a job retries).
+        self.write_begin = (
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; "
+            f"SET LOCAL lock_timeout = '{max(1, round(connect_timeout * 1000))}ms'"
+        )
         if psycopg is None:
             raise LedgerUnavailableError(
                 f"ledger {url} needs psycopg 3: pip install 'beam-dp[postgresql]'"
@@ -97,7 +105,6 @@ class PostgresBackend(Backend):
         state = getattr(error, "sqlstate", None) or "unknown"
         return LedgerError(f"ledger {self._url}: the database refused an operation ({state})")
 
-    write_begin = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
     read_begin = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
     @contextmanager
@@ -111,12 +118,22 @@ class PostgresBackend(Backend):
         except psycopg.Error as error:
             raise self._error(error) from None
 
+    def server_time(self, transaction: Transaction) -> datetime:
+        """The server's clock (never the client's), read when asked: after the dataset's lock
+        was granted, so that the times of one dataset's changes follow their order."""
+        row = transaction.one("SELECT clock_timestamp()")
+        assert row is not None and isinstance(row[0], datetime)
+        return row[0].astimezone(UTC)
+
     def has_table(self, transaction: Transaction, table: str) -> bool:
         row = transaction.one("SELECT to_regclass(?) IS NOT NULL", (table,))
         return bool(row and row[0])
 
     def prepare_schema(self, transaction: Transaction) -> None:
         transaction.execute("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
+
+    def lock_registrations(self, transaction: Transaction) -> None:
+        transaction.execute("SELECT pg_advisory_xact_lock(?)", (_REGISTRATION_LOCK,))
 
     def ddl(self) -> list[str]:
         return schema("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")

@@ -119,6 +119,7 @@ class RunRecord:
     overwrites: tuple[int, ...]
     entries: tuple[Mapping[str, Any], ...]
     note: str
+    started_at: datetime | None = None
 
     @property
     def charged(self) -> bool:
@@ -134,10 +135,14 @@ class RunRecord:
 
     @property
     def shown_state(self) -> str:
-        """The state, with ``abandoned?`` for a reserved run whose process is gone."""
-        if self.state == "reserved" and self.process_gone:
-            return "reserved (abandoned: process gone)"
-        return self.state
+        """The state, saying whether a reserved run started reading data and whether its
+        process is gone (a started run stays charged whatever became of it)."""
+        if self.state != "reserved":
+            return self.state
+        started = "started reading data" if self.started_at is not None else "not started"
+        if self.process_gone:
+            return f"reserved ({started}; abandoned: process gone)"
+        return f"reserved ({started})"
 
     def to_json(self, composition: Composition) -> dict[str, Any]:
         """Plain JSON (amounts as floats, and exact under ``exact``)."""
@@ -151,6 +156,7 @@ class RunRecord:
             "period_start": timestamp(self.period_start),
             "reserved_at": timestamp(self.reserved_at),
             "closed_at": None if self.closed_at is None else timestamp(self.closed_at),
+            "started_at": None if self.started_at is None else timestamp(self.started_at),
             **amounts["float"],
             "exact": amounts["exact"],
             "job": self.job,
@@ -227,6 +233,7 @@ class DatasetStatus:
     committed_all_periods: Cost
     periods: int
     open_runs: tuple[RunRecord, ...] = field(default=())
+    inputs: tuple[str, ...] = ()
 
     @property
     def total(self) -> Cost:
@@ -281,6 +288,7 @@ class DatasetStatus:
             "renewal": self.renewal,
             "renews": renewal_phrase(self.renewal),
             "note": self.note,
+            "inputs": list(self.inputs),
             "created_at": timestamp(self.created_at),
             "period": {
                 "number": self.periods,
@@ -333,4 +341,5 @@ def dataset_status(
         committed_all_periods=Cost() if committed_all_periods is None else committed_all_periods,
         periods=periods,
         open_runs=open_runs,
+        inputs=tuple(data.get("inputs", ())),
     )

@@ -1,30 +1,39 @@
-"""The state machine of a run: reserve, then commit, return, abandon or (an owner) release.
+r"""The state machine of a run: reserve, start, then commit, return, abandon or release.
 
 State machine of a run (one row per reservation)::
 
                     reserve()  (one transaction, before any data is read; refused with
-                       |        the remaining budget if the dataset cannot afford it)
+                       |        the remaining budget if the dataset cannot afford it, or if
+                       |        an input file lies outside the dataset's registration)
                        v
-                  [reserved] ---- commit() ----------------> [committed]   charged
-                   |   |  \\                                      ^
-                   |   |   \\-- release() by the job ----> [returned]    not charged
-                   |   |        (it failed before any release could escape)
-                   |   \\------ abandon() by the job ----> [abandoned]   charged
-                   |            (it failed after a release could have escaped)
-                   \\---------- (the process died: the row stays reserved; `show`
-                                reports it abandoned when its process is gone)
+                  [reserved] --- release() by the job -------> [returned]   not charged
+                       |          (it failed before it started reading)
+                    start()   (recorded before the pipeline reads any data: started_at)
+                       |
+                       v
+            [reserved, started] ---- commit() -------------> [committed]   charged
+                       |   \--- abandon() by the job ------> [abandoned]   charged
+                       \------ (the process died, or the commit failed: the row stays
+                                reserved and started, charged; `show` says so)
 
-        [reserved] or [abandoned] --- release by an owner (with a reason) ---> [released]
+        [reserved] never started, its process gone --- release by an owner ---> [released]
 
 - *Charged* states count against the dataset: ``reserved``, ``committed``, ``abandoned``.
-  A run that crashed, was killed, or lost its connection stays charged (fail closed): only
-  the run itself, before any output, or an owner, explicitly, can lift a charge.
-- ``commit()`` always succeeds on a run that is not committed yet, whatever its state: the
-  outputs exist, so the spend is recorded (and charged again if an owner had released it).
-  It charges the larger of the reservation and what the ledger entries spent.
+- **A run that may have published is never refunded.** Once :meth:`Reservation.start` has
+  recorded that the pipeline is about to read data, neither the job nor an owner can lift the
+  charge: whether the job fails may depend on the records (a bad record), and a release may have
+  escaped. Only a run that never started can be returned (by the job) or released (by an owner,
+  with a reason, once its process is gone).
+- ``commit()`` records the ledger entries and the output location; it charges the larger of the
+  reservation and what the entries spent. A job commits *before* it writes its outputs, so no
+  output exists that the ledger does not record; a commit that cannot get the ledger is retried
+  for a bounded time (:func:`commit_with_retries`), and if it still fails the run stays charged
+  (reserved and started) and its releases are not written.
 - ``committed`` is final: an overwrite of a run's output location is a new run, recorded
   with the ids of the runs it overwrote; their spend stays spent.
-- Runs are charged to the renewal period in which they reserved (:mod:`beam_dp.ledger.periods`).
+- Runs are charged to the renewal period in which they reserved (:mod:`beam_dp.ledger.periods`),
+  at the ledger's time (:meth:`Tables.time <beam_dp.ledger._tables.Tables.time>`: the server's
+  clock on PostgreSQL).
 
 Remaining budget = the period's allowance − committed − (reserved + abandoned), exactly.
 
@@ -48,20 +57,21 @@ Concurrency (why two jobs cannot both spend what only one may):
 Privacy:
     The ledger stores public parameters only: dataset names, totals, amounts, the names of
     statistics, the ledger entries of releases (mechanism, ε, Δ, bounds, accuracy bounds),
-    output locations, config digests, hosts and process ids. Never a record, never a
-    data-dependent count.
+    input file names, output locations, config digests, hosts and process ids. Never a record,
+    never a data-dependent count.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from beam_dp.accounting import Composition, LedgerEntry
 from beam_dp.ledger._backend import Transaction
 from beam_dp.ledger._records import (
+    DatasetStatus,
     Period,
     RunRecord,
     amounts_json,
@@ -71,19 +81,33 @@ from beam_dp.ledger._records import (
     timestamp,
 )
 from beam_dp.ledger._tables import Tables
-from beam_dp.ledger.errors import BudgetExceededError, LedgerError
+from beam_dp.ledger.errors import BudgetExceededError, LedgerError, LedgerUnavailableError
+from beam_dp.ledger.inputs import check_inputs
 from beam_dp.ledger.plan import Cost, Plan, RunInfo, cost_of_entries
 
 if TYPE_CHECKING:
     from beam_dp.ledger.store import Ledger
 
-__all__ = ["Reservation", "close", "commit", "release_run", "reserve"]
+__all__ = [
+    "COMMIT_ATTEMPTS",
+    "Reservation",
+    "close",
+    "commit",
+    "release_run",
+    "reserve",
+    "start",
+]
 
 _T = TypeVar("_T")
 
+#: A commit that finds the ledger locked or unreachable is tried this many times in all, with
+#: pauses of 1, 2, 4, ... seconds (each attempt waits up to the ledger's timeout for the lock):
+#: at most ``COMMIT_ATTEMPTS * timeout + 2 ** (COMMIT_ATTEMPTS - 1) - 1`` seconds in all.
+COMMIT_ATTEMPTS = 4
+
 
 class Reservation:
-    """A run's reservation: commit it when its outputs are written, or give it back.
+    """A run's reservation: start it before reading data, commit it before writing outputs.
 
     Obtained from :meth:`Ledger.reserve`. See the state machine in :mod:`beam_dp.ledger._runs`.
     """
@@ -107,50 +131,85 @@ class Reservation:
     def cost(self) -> Cost:
         return self._plan.cost
 
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    def status(self) -> DatasetStatus:
+        """The dataset's budget now (a fresh connection if the reserving one was closed)."""
+        return self._with_ledger(lambda tables: tables.status(self._dataset))
+
+    def start(self) -> None:
+        """Record that the run is about to read data: from now on its charge stays.
+
+        Call it after the last check that may fail without reading data, and before the
+        pipeline runs. If it raises, no data may be read (the run can still be returned).
+        """
+        self._with_ledger(lambda tables: start(tables, self._run_id))
+
     def commit(
         self,
         entries: Iterable[LedgerEntry] = (),
         output_location: str | None = None,
         *,
         overwrite: bool = False,
+        attempts: int = COMMIT_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> RunRecord:
         """Record the run's releases: the reservation becomes a committed charge.
 
+        A ledger that is locked or unreachable (:class:`LedgerUnavailableError`) is tried
+        again, ``attempts`` times in all, with pauses of 1, 2, 4, ... seconds; any other
+        refusal is final. If every attempt fails the run stays charged as it was.
+
         Args:
             entries: The ledger entries of the releases (``PrivacyBudget.ledger``).
-            output_location: Where the outputs were written (public).
+            output_location: Where the outputs will be written (public).
             overwrite: Whether the run was allowed to overwrite an earlier release there.
+            attempts: How many times to try (>= 1).
+            sleep: How to pause between attempts (tests pass a fake).
 
         Returns:
             The committed run; ``overwrites`` lists earlier committed runs that wrote to
             the same location (their spend stays spent).
         """
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"'attempts' must be an integer >= 1; received {attempts!r}")
         listed = list(entries)
-        return self._with_ledger(
-            lambda tables, now: commit(
-                tables, now, self._run_id, listed, output_location, overwrite
-            )
-        )
+        for attempt in range(attempts):
+            retry = attempt > 0
+
+            def action(tables: Tables, retry: bool = retry) -> RunRecord:
+                return commit(tables, self._run_id, listed, output_location, overwrite, retry=retry)
+
+            try:
+                return self._with_ledger(action, fresh=retry)
+            except LedgerUnavailableError:
+                if attempt == attempts - 1:
+                    raise
+                sleep(float(2**attempt))
+        raise AssertionError("unreachable")
 
     def release(self) -> None:
-        """Give the reservation back: only for a run that failed before any release could
-        escape (nothing was written). No-op if it was already returned or released."""
-        self._with_ledger(lambda tables, now: close(tables, now, self._run_id, "returned", ""))
+        """Give the reservation back: only for a run that never started reading data. No-op
+        if it was already returned or released."""
+        self._with_ledger(lambda tables: close(tables, self._run_id, "returned", ""))
 
     def abandon(self, reason: str) -> None:
-        """Mark a failed run whose outputs may have escaped: it stays charged."""
-        self._with_ledger(lambda tables, now: close(tables, now, self._run_id, "abandoned", reason))
+        """Mark a failed run that started reading data: it stays charged."""
+        self._with_ledger(lambda tables: close(tables, self._run_id, "abandoned", reason))
 
-    def _with_ledger(self, action: Callable[[Tables, datetime], _T]) -> _T:
-        """Run ``action`` on the reserving connection, or on a fresh one if it was closed.
+    def _with_ledger(self, action: Callable[[Tables], _T], *, fresh: bool = False) -> _T:
+        """Run ``action`` on the reserving connection, or on a fresh one if it was closed
+        (or ``fresh``: a retry after a lost connection).
 
         A job may close its ledger while its pipeline runs (hours, for a large export): the
         commit then opens a new, short connection instead of relying on an idle one.
         """
-        if not self._ledger.closed:
-            return action(self._ledger._tables, self._ledger._now())
+        if not self._ledger.closed and not fresh:
+            return action(self._ledger._tables)
         with self._ledger.reopen() as ledger:
-            return action(ledger._tables, ledger._now())
+            return action(ledger._tables)
 
     def describe(self) -> dict[str, Any]:
         """Public facts for the ``budget`` section of ``release.json`` (URL redacted)."""
@@ -172,21 +231,27 @@ class Reservation:
         )
 
 
-def reserve(
-    tables: Tables, now: datetime, dataset: str, plan: Plan, run: RunInfo
-) -> tuple[int, Period]:
+def reserve(tables: Tables, dataset: str, plan: Plan, run: RunInfo) -> tuple[int, Period]:
     """Reserve ``plan`` for a new run of ``dataset`` (:meth:`Ledger.reserve
     <beam_dp.ledger.Ledger.reserve>`); return the run's id and the period it is charged to.
 
-    The check of what is left and the insert are one step under the dataset's lock (see the
-    concurrency argument above); a refusal reserves nothing.
+    The check of the inputs against every dataset's registration, the check of what is left
+    and the insert are one step under the dataset's lock (see the concurrency argument
+    above); a refusal reserves nothing.
     """
     if not isinstance(plan, Plan):
         raise TypeError(f"'plan' must be a Plan; received {type(plan).__name__}")
     if not isinstance(run, RunInfo):
         raise TypeError(f"'run' must be a RunInfo; received {type(run).__name__}")
+    if not run.inputs:
+        raise LedgerError(
+            "a run must name the files it reads (RunInfo.inputs): the ledger checks them "
+            "against what each dataset protects (one export, one budget)"
+        )
     with tables.backend.write() as transaction:
         data = tables.dataset_row(transaction, dataset, lock=True)
+        now = tables.time(transaction, forward_of=dataset)
+        check_inputs(dataset, tables.registrations(transaction), run.inputs)
         kind: Composition = data["composition"]
         if plan.composition != kind:
             raise LedgerError(
@@ -216,12 +281,13 @@ def reserve(
                 f"{plan.cost.describe(kind)}, and there is {status.describe_remaining()}"
                 f"{renews}. Nothing was reserved and no data was read"
             )
+        details = {**dict(run.details), "inputs": list(run.inputs)}
         run_id = transaction.insert(
             "INSERT INTO beam_dp_runs (dataset, period_id, state, reserved_at, closed_at, "
             "epsilon, delta, rho, job, config_digest, statistics, host, pid, details, "
-            "output_location, overwrite, overwrites, entries, note) "
-            "VALUES (?, ?, 'reserved', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 0, '[]', "
-            "'[]', '')",
+            "output_location, overwrite, overwrites, entries, note, started_at) "
+            "VALUES (?, ?, 'reserved', ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, '[]', "
+            "'[]', '', NULL)",
             (
                 dataset,
                 period.id,
@@ -234,7 +300,8 @@ def reserve(
                 json.dumps(list(plan.statistics)),
                 run.host,
                 run.pid,
-                json.dumps(dict(run.details), sort_keys=True, default=str),
+                json.dumps(details, sort_keys=True, default=str),
+                run.output_location,
             ),
         )
     return run_id, period
@@ -251,14 +318,32 @@ def _locked_run(
     return tables.runs(transaction, "r.id = ?", (run_id,))[0], data["composition"]
 
 
+def start(tables: Tables, run_id: int) -> None:
+    """Record that a reserved run begins reading data (:meth:`Reservation.start`)."""
+    with tables.backend.write() as transaction:
+        record, _kind = _locked_run(tables, transaction, run_id)
+        if record.state != "reserved" or record.started_at is not None:
+            raise LedgerError(
+                f"run {run_id} is {record.shown_state}: only a reserved run that has not "
+                "started can start reading data"
+            )
+        now = tables.time(transaction, forward_of=record.dataset)
+        transaction.execute(
+            "UPDATE beam_dp_runs SET started_at = ? WHERE id = ?", (timestamp(now), run_id)
+        )
+
+
 def commit(
     tables: Tables,
-    now: datetime,
     run_id: int,
     entries: list[LedgerEntry],
     output_location: str | None,
     overwrite: bool,
+    *,
+    retry: bool = False,
 ) -> RunRecord:
+    """Commit a run (:meth:`Reservation.commit`). On a ``retry``, a run found committed is the
+    earlier attempt's commit, whose answer was lost with the connection: it is returned."""
     for entry in entries:
         if not isinstance(entry, LedgerEntry):
             raise TypeError(f"'entries' must be LedgerEntry; received {type(entry).__name__}")
@@ -267,7 +352,10 @@ def commit(
     with tables.backend.write() as transaction:
         record, kind = _locked_run(tables, transaction, run_id)
         if record.state == "committed":
+            if retry:
+                return record
             raise LedgerError(f"run {run_id} is already committed")
+        now = tables.time(transaction)
         charged = record.cost.at_least(cost_of_entries(entries, kind))
         overwrites = (
             [
@@ -295,7 +383,7 @@ def commit(
                 str(charged.epsilon),
                 str(charged.delta),
                 str(charged.rho),
-                output_location,
+                output_location if output_location is not None else record.output_location,
                 1 if overwrite else 0,
                 json.dumps(overwrites),
                 json.dumps([entry.to_dict() for entry in entries], sort_keys=True),
@@ -308,7 +396,6 @@ def commit(
 
 def close(
     tables: Tables,
-    now: datetime,
     run_id: int,
     state: Literal["returned", "abandoned"],
     reason: str,
@@ -318,25 +405,27 @@ def close(
         if state == "returned":
             if record.state in ("returned", "released"):
                 return
-            if record.state != "reserved":
+            if record.state != "reserved" or record.started_at is not None:
                 raise LedgerError(
-                    f"run {run_id} is {record.state}: only a reserved run can be returned "
-                    "(its outputs may have been written)"
+                    f"run {run_id} is {record.shown_state}: only a reserved run that never "
+                    "started reading data can be returned (its outputs may have been written)"
                 )
         elif record.state != "reserved":
             if record.state == "abandoned":
                 return
             raise LedgerError(f"run {run_id} is {record.state}; it cannot be abandoned")
+        now = tables.time(transaction)
         transaction.execute(
             "UPDATE beam_dp_runs SET state = ?, closed_at = ?, note = ? WHERE id = ?",
             (state, timestamp(now), reason, run_id),
         )
 
 
-def release_run(tables: Tables, now: datetime, run_id: int, *, reason: str) -> RunRecord:
+def release_run(tables: Tables, run_id: int, *, reason: str) -> RunRecord:
     """An owner lifts a run's charge (:meth:`Ledger.release_run
-    <beam_dp.ledger.Ledger.release_run>`): never a committed run's, nor a run's whose process
-    still runs on this host (it may still write outputs)."""
+    <beam_dp.ledger.Ledger.release_run>`): only a reserved run that never started reading data
+    and whose process is not running on this host. A run that may have published (it started,
+    was abandoned or committed) is never refunded."""
     if not isinstance(reason, str) or not reason.strip():
         raise LedgerError("'reason' must say why the run's charge is lifted")
     with tables.backend.write() as transaction:
@@ -347,11 +436,18 @@ def release_run(tables: Tables, now: datetime, run_id: int, *, reason: str) -> R
             )
         if record.state in ("returned", "released"):
             raise LedgerError(f"run {run_id} is already {record.state}: it is not charged")
-        if record.state == "reserved" and process_gone(record.host, record.pid) is False:
+        if record.state == "abandoned" or record.started_at is not None:
+            began = f" at {shown_time(record.started_at)}" if record.started_at is not None else ""
+            raise LedgerError(
+                f"run {run_id} began reading data{began}: it may have published a release, so "
+                "its charge stays (a run that may have published is never refunded)"
+            )
+        if process_gone(record.host, record.pid) is False:
             raise LedgerError(
                 f"run {run_id} is still running on this host (pid {record.pid}); stop it "
-                "first (it may still write outputs)"
+                "first (it may still start reading data)"
             )
+        now = tables.time(transaction)
         transaction.execute(
             "UPDATE beam_dp_runs SET state = 'released', closed_at = ?, note = ? WHERE id = ?",
             (timestamp(now), reason.strip(), record.id),

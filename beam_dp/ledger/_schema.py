@@ -7,7 +7,10 @@ write transaction, and PostgreSQL first takes an advisory lock
 (:meth:`~beam_dp.ledger._backend.Backend.prepare_schema`), so two processes creating the same
 ledger at once make one set of tables. Every open reads ``beam_dp_meta``: another program's
 tables, a partial schema or another schema version stop the job before it reads any data.
-There is one schema version so far, hence no migration; a new version adds its migration here.
+Version 2 added what a dataset protects (``beam_dp_datasets.inputs``, :mod:`beam_dp.ledger.inputs`)
+and when a run began reading data (``beam_dp_runs.started_at``); a version-1 ledger is migrated
+in place, in one write transaction, the first time this code opens it (its datasets then protect
+no input until an owner registers one, and its runs count as never started).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from beam_dp.ledger.urls import LedgerURL
 
 __all__ = ["LEDGER_FORMAT", "SCHEMA_VERSION", "TABLES", "check_schema", "damaged", "schema"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 LEDGER_FORMAT = "beam-dp ledger"
 TABLES = ("beam_dp_meta", "beam_dp_datasets", "beam_dp_periods", "beam_dp_runs", "beam_dp_events")
 
@@ -36,7 +39,8 @@ def schema(id_column: str) -> list[str]:
         " epsilon TEXT NOT NULL, delta TEXT NOT NULL, rho TEXT NOT NULL,"
         " renewal TEXT NOT NULL,"
         " created_at TEXT NOT NULL,"
-        " note TEXT NOT NULL)",
+        " note TEXT NOT NULL,"
+        " inputs TEXT NOT NULL DEFAULT '[]')",
         "CREATE TABLE IF NOT EXISTS beam_dp_periods ("
         f" id {id_column},"
         " dataset TEXT NOT NULL REFERENCES beam_dp_datasets (name),"
@@ -54,13 +58,22 @@ def schema(id_column: str) -> list[str]:
         " job TEXT NOT NULL, config_digest TEXT NOT NULL, statistics TEXT NOT NULL,"
         " host TEXT NOT NULL, pid BIGINT NOT NULL, details TEXT NOT NULL,"
         " output_location TEXT, overwrite INTEGER NOT NULL, overwrites TEXT NOT NULL,"
-        " entries TEXT NOT NULL, note TEXT NOT NULL)",
+        " entries TEXT NOT NULL, note TEXT NOT NULL,"
+        " started_at TEXT)",
         "CREATE INDEX IF NOT EXISTS beam_dp_runs_period ON beam_dp_runs (period_id, state)",
         "CREATE INDEX IF NOT EXISTS beam_dp_runs_output ON beam_dp_runs (output_location)",
         "CREATE TABLE IF NOT EXISTS beam_dp_events ("
         f" id {id_column},"
         " dataset TEXT NOT NULL, at TEXT NOT NULL, action TEXT NOT NULL, detail TEXT NOT NULL)",
     ]
+
+
+#: Version 1 to 2: what a dataset protects, and when a run began reading data.
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE beam_dp_datasets ADD COLUMN inputs TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE beam_dp_runs ADD COLUMN started_at TEXT",
+    "UPDATE beam_dp_meta SET value = '2' WHERE key = 'schema_version'",
+)
 
 
 def damaged(url: LedgerURL, what: str) -> LedgerCorruptError:
@@ -107,6 +120,14 @@ def check_schema(backend: Backend, url: LedgerURL, *, create: bool, now: Callabl
         rows = dict(transaction.all("SELECT key, value FROM beam_dp_meta"))
     if rows.get("format") != LEDGER_FORMAT:
         raise damaged(url, "its tables do not carry the beam-dp ledger format")
+    if rows.get("schema_version") == "1":
+        with backend.write() as transaction:
+            backend.prepare_schema(transaction)  # PostgreSQL: one migrating process at a time
+            version = transaction.one("SELECT value FROM beam_dp_meta WHERE key = 'schema_version'")
+            if version is not None and version[0] == "1":  # not migrated meanwhile by another
+                for statement in _MIGRATE_1_TO_2:
+                    transaction.execute(statement)
+        return
     if rows.get("schema_version") != SCHEMA_VERSION:
         raise LedgerError(
             f"ledger {url} has schema version {rows.get('schema_version')!r}; this "

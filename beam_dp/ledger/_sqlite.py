@@ -158,7 +158,7 @@ def _create_private_file(path: Path, url: LedgerURL) -> None:
         descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
         return  # another process created it first: open it as it is
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a path the OS cannot take
         raise LedgerUnavailableError(
             f"cannot create the ledger {url} (check that its directory is writable)"
         ) from None

@@ -9,6 +9,11 @@ caller: a change (:mod:`._runs`, :mod:`._datasets`) reads the dataset's row firs
 
 Periods are materialised lazily: the first write after a period ended inserts the next one
 (:meth:`Tables.current_period`); a read computes it without writing.
+
+Time comes from the ledger, not from the job (:meth:`Tables.time`): on PostgreSQL the server's
+``now()`` in the transaction, so a client whose clock is set ahead cannot open the next renewal
+period early; on SQLite (one host) the host's clock, which is trusted, but never one earlier
+than the latest time the ledger recorded (a clock set back is refused).
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
@@ -48,7 +53,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _RUN_COLUMNS = (
     "r.id, r.dataset, p.starts_at, r.state, r.reserved_at, r.closed_at, r.epsilon, r.delta, "
     "r.rho, r.job, r.config_digest, r.statistics, r.host, r.pid, r.details, "
-    "r.output_location, r.overwrite, r.overwrites, r.entries, r.note"
+    "r.output_location, r.overwrite, r.overwrites, r.entries, r.note, r.started_at"
 )
 _RUNS_FROM = "beam_dp_runs r JOIN beam_dp_periods p ON p.id = r.period_id"
 
@@ -73,9 +78,52 @@ def allowance(composition: Composition, amounts: Mapping[str, Fraction]) -> Cost
 class Tables:
     """Reads (and the period and event rows every change writes) over one connection."""
 
-    def __init__(self, backend: Backend, url: LedgerURL) -> None:
+    def __init__(
+        self, backend: Backend, url: LedgerURL, clock: Callable[[], datetime] | None = None
+    ) -> None:
         self.backend = backend
         self.url = url
+        self._clock = clock
+
+    def time(self, transaction: Transaction, *, forward_of: str | None = None) -> datetime:
+        """The ledger's time now: a test's clock if one was given, else the server's (on
+        PostgreSQL) or this host's (on SQLite), in UTC. Read it after the dataset's lock.
+
+        With ``forward_of`` a dataset's name (every change that charges or creates), a time
+        earlier than the latest one the ledger recorded for that dataset is refused: on
+        SQLite the host's clock is trusted, and this keeps a clock set back from reopening a
+        renewal period that has ended. (Per dataset: its changes are serialised by its lock,
+        so their times are in order whatever other datasets do meanwhile.)
+        """
+        source = "a test's clock"
+        if self._clock is not None:
+            now = self._clock()
+            if now.tzinfo is None:
+                raise ValueError("the ledger's clock must return timezone-aware datetimes")
+        else:
+            server = self.backend.server_time(transaction)
+            source = "this host's clock" if server is None else "the database server's clock"
+            now = datetime.now(UTC) if server is None else server
+        now = now.astimezone(UTC)
+        if forward_of is not None:
+            row = transaction.one(
+                "SELECT max(t) FROM ("
+                " SELECT max(reserved_at) AS t FROM beam_dp_runs WHERE dataset = ?"
+                " UNION ALL SELECT max(closed_at) FROM beam_dp_runs WHERE dataset = ?"
+                " UNION ALL SELECT max(started_at) FROM beam_dp_runs WHERE dataset = ?"
+                " UNION ALL SELECT max(created_at) FROM beam_dp_datasets WHERE name = ?"
+                " UNION ALL SELECT max(at) FROM beam_dp_events WHERE dataset = ?) AS recorded",
+                (forward_of,) * 5,
+            )
+            latest = None if row is None or row[0] is None else str(row[0])
+            if latest is not None and timestamp(now) < latest:
+                raise LedgerError(
+                    f"{source} reads {timestamp(now)}, earlier than the latest time ledger "
+                    f"{self.url} recorded for dataset {forward_of!r} ({latest}); the ledger "
+                    "takes its time from that clock: fix it before running any job (nothing "
+                    "was changed)"
+                )
+        return now
 
     def corrupt(self, what: str) -> LedgerCorruptError:
         return damaged(self.url, what)
@@ -89,8 +137,9 @@ class Tables:
     def dataset_row(self, transaction: Transaction, name: str, *, lock: bool) -> dict[str, Any]:
         check_dataset_name(name)
         row = transaction.one(
-            "SELECT name, composition, relation, epsilon, delta, rho, renewal, created_at, note "
-            "FROM beam_dp_datasets WHERE name = ?" + (self.backend.lock_clause if lock else ""),
+            "SELECT name, composition, relation, epsilon, delta, rho, renewal, created_at, note, "
+            "inputs FROM beam_dp_datasets WHERE name = ?"
+            + (self.backend.lock_clause if lock else ""),
             (name,),
         )
         if row is None:
@@ -113,7 +162,24 @@ class Tables:
         except ValueError as error:
             raise self.corrupt(str(error)) from None
         data["note"] = str(row[8])
+        data["inputs"] = self._inputs(row[9], name)
         return data
+
+    def _inputs(self, stored: object, name: str) -> tuple[str, ...]:
+        try:
+            inputs = json.loads(str(stored))
+            if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+                raise ValueError
+        except ValueError:
+            raise self.corrupt(f"dataset {name!r} inputs cannot be read") from None
+        return tuple(inputs)
+
+    def registrations(self, transaction: Transaction) -> dict[str, tuple[str, ...]]:
+        """What every dataset protects (:mod:`beam_dp.ledger.inputs`), by dataset name."""
+        return {
+            str(name): self._inputs(stored, str(name))
+            for name, stored in transaction.all("SELECT name, inputs FROM beam_dp_datasets")
+        }
 
     def add_event(
         self,
@@ -202,9 +268,10 @@ class Tables:
             raise self.corrupt(str(error)) from None
         return Cost(epsilon, delta, rho)
 
-    def status(self, name: str, now: datetime) -> DatasetStatus:
-        """The dataset's budget at ``now`` (read-only)."""
+    def status(self, name: str) -> DatasetStatus:
+        """The dataset's budget now (read-only)."""
         with self.backend.read() as transaction:
+            now = self.time(transaction)
             data = self.dataset_row(transaction, name, lock=False)
             period = self.current_period(transaction, data, now, materialise=False)
             committed, held = self.period_charges(transaction, period)
@@ -268,6 +335,7 @@ class Tables:
                 overwrites=tuple(int(run) for run in json.loads(row[17])),
                 entries=tuple(json.loads(row[18])),
                 note=str(row[19]),
+                started_at=None if row[20] is None else parse_timestamp(row[20], what),
             )
         except (ValueError, TypeError) as error:
             raise self.corrupt(f"{what} cannot be read ({type(error).__name__})") from None

@@ -200,6 +200,10 @@ class RunInfo:
         pid: Its process id (``show`` reports a reservation whose process is gone from this
             host as abandoned).
         details: Further public facts (flags), shown in the history.
+        inputs: Every file the run reads (names are public). The reservation checks them
+            against what the datasets protect (:mod:`beam_dp.ledger.inputs`): required.
+        output_location: Where the run will write its outputs, recorded at reservation so that
+            a run that dies after writing is found by its location.
     """
 
     job: str
@@ -207,10 +211,17 @@ class RunInfo:
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     details: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    inputs: tuple[str, ...] = ()
+    output_location: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.job, str) or not self.job:
             raise ValueError("'job' must be a non-empty string")
+        if isinstance(self.inputs, str) or not all(isinstance(f, str) for f in self.inputs):
+            raise ValueError("'inputs' must be a sequence of file names")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        if self.output_location is not None and not isinstance(self.output_location, str):
+            raise ValueError("'output_location' must be a path or URL, or None")
         if isinstance(self.pid, bool) or not isinstance(self.pid, int) or self.pid < 0:
             raise ValueError(f"'pid' must be an integer >= 0; received {self.pid!r}")
 

@@ -22,7 +22,7 @@ Privacy:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from beam_dp.ledger import _datasets, _runs
@@ -66,17 +66,17 @@ class Ledger:
         url: LedgerURL,
         *,
         create: bool,
-        clock: Callable[[], datetime],
+        clock: Callable[[], datetime] | None = None,
         reopen: Callable[[], Ledger] | None = None,
     ) -> None:
         self._backend = backend
         self._url = url
-        self._tables = Tables(backend, url)
-        self._clock = clock
+        self._tables = Tables(backend, url, clock)
         self._reopen = reopen
         self._closed = False
+        created = clock or (lambda: datetime.now(UTC))
         try:
-            check_schema(backend, url, create=create, now=lambda: timestamp(self._now()))
+            check_schema(backend, url, create=create, now=lambda: timestamp(created()))
         except BaseException:
             backend.close()
             raise
@@ -113,12 +113,6 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({self._url.redacted!r})"
 
-    def _now(self) -> datetime:
-        now = self._clock()
-        if now.tzinfo is None:
-            raise ValueError("the ledger's clock must return timezone-aware datetimes")
-        return now.astimezone(UTC)
-
     # ------------------------------------------------------------------ datasets (owners)
 
     def datasets(self) -> list[str]:
@@ -136,8 +130,10 @@ class Ledger:
         relation: str = "add_remove",
         renewal: str = "none",
         note: str = "",
+        inputs: Sequence[str] = (),
     ) -> DatasetStatus:
-        """Create a dataset (a population of privacy units) with its allowance.
+        """Create a dataset (a population of privacy units) with its allowance and the export
+        it protects.
 
         Args:
             name: The dataset's name, e.g. ``"survey_users"``.
@@ -149,13 +145,16 @@ class Ledger:
             relation: The neighbouring relation every run must declare.
             renewal: A rule from :data:`beam_dp.ledger.RENEWALS`.
             note: Free public text (who owns the dataset, what population it is).
+            inputs: The locations of the export it protects (required): path prefixes or
+                globs, local or ``scheme://``; every file a run reads must lie inside them and
+                inside no other dataset's (:mod:`beam_dp.ledger.inputs`).
 
         Raises:
-            LedgerError: for a bad parameter or an existing name (nothing is changed).
+            LedgerError: for a bad parameter, an existing name, or inputs that may overlap
+                another dataset's (nothing is changed).
         """
         _datasets.create_dataset(
             self._tables,
-            self._now(),
             name,
             epsilon=epsilon,
             delta=delta,
@@ -164,7 +163,18 @@ class Ledger:
             relation=relation,
             renewal=renewal,
             note=note,
+            inputs=inputs,
         )
+        return self.status(name)
+
+    def protect(self, name: str, inputs: Sequence[str]) -> DatasetStatus:
+        """Register more locations of the export a dataset protects (never fewer).
+
+        Raises:
+            LedgerError: for an unknown dataset, or a location that may overlap another
+                dataset's registration (nothing is changed).
+        """
+        _datasets.protect(self._tables, name, inputs)
         return self.status(name)
 
     def set_renewal(
@@ -185,16 +195,14 @@ class Ledger:
         Raises:
             LedgerError: for an unknown dataset or a bad parameter (nothing is changed).
         """
-        _datasets.set_renewal(
-            self._tables, self._now(), name, renewal, epsilon=epsilon, delta=delta, rho=rho
-        )
+        _datasets.set_renewal(self._tables, name, renewal, epsilon=epsilon, delta=delta, rho=rho)
         return self.status(name)
 
     # ------------------------------------------------------------------ queries
 
     def status(self, name: str) -> DatasetStatus:
         """The dataset's budget now (read-only)."""
-        return self._tables.status(name, self._now())
+        return self._tables.status(name)
 
     def run(self, run_id: int) -> RunRecord:
         """One run by id."""
@@ -209,23 +217,28 @@ class Ledger:
     def reserve(self, dataset: str, plan: Plan, run: RunInfo) -> Reservation:
         """Reserve a run's whole planned spend, in one transaction, before it reads data.
 
+        ``run.inputs`` must list the files the run reads: each must lie inside what the
+        dataset protects and inside no other dataset's registration. The period is the one
+        containing the ledger's time (the server's clock on PostgreSQL).
+
         Raises:
             BudgetExceededError: if the dataset cannot afford the plan in its current period
                 (the message gives what is left); nothing is reserved.
             LedgerError: for an unknown dataset, a composition or relation that differs from
-                the dataset's, or a ledger that cannot be used.
+                the dataset's, an input file outside the dataset's registration, a clock
+                earlier than the ledger's latest record, or a ledger that cannot be used.
         """
-        run_id, period = _runs.reserve(self._tables, self._now(), dataset, plan, run)
+        run_id, period = _runs.reserve(self._tables, dataset, plan, run)
         return Reservation(self, run_id, dataset, plan, period)
 
     def release_run(self, run_id: int, *, reason: str) -> RunRecord:
         """An owner lifts the charge of a reserved or abandoned run (recorded with a reason).
 
-        Use it only when no output of the run can have escaped (the job was killed before
-        writing, or its outputs were destroyed unread).
+        Only a run that never started reading data can be released (the job died between its
+        reservation and its first read); a run that may have published is never refunded.
 
         Raises:
-            LedgerError: if the run is committed (its spend stays spent), already returned or
-                released, or still running on this host.
+            LedgerError: if the run started reading data, was abandoned or committed (its spend
+                stays spent), is already returned or released, or still runs on this host.
         """
-        return _runs.release_run(self._tables, self._now(), run_id, reason=reason)
+        return _runs.release_run(self._tables, run_id, reason=reason)

@@ -92,6 +92,11 @@ def parse_ledger_url(url: object) -> LedgerURL:
             "postgresql://user@host/dbname"
         )
     shown = redact_url(url)
+    if any(ord(char) < 32 or ord(char) == 127 for char in unquote(url)):
+        raise LedgerError(
+            f"ledger URL {shown!r} holds a control character (such as NUL or a newline, "
+            "also when percent-encoded as %00); give a plain path or URL"
+        )
     parts = urlsplit(url) if shown != "<unparsable URL>" else None
     if parts is None:
         raise LedgerError(f"ledger URL {shown} is not a valid URL")

@@ -19,7 +19,9 @@ def reserve_and_commit(
         began = time.perf_counter()
         try:
             reservation = ledger.reserve(
-                dataset, Plan.basic(epsilon, statistics=["race"]), RunInfo(job=f"race-{index}")
+                dataset,
+                Plan.basic(epsilon, statistics=["race"]),
+                RunInfo(job=f"race-{index}", inputs=(f"/data/{dataset}/x",)),
             )
         except BudgetExceededError as error:
             results.put((index, "refused", time.perf_counter() - began, str(error)))
@@ -37,7 +39,9 @@ def reserve_and_commit(
 def reserve_and_hang(url: str, dataset: str, epsilon: str, ready: str) -> None:
     """A job that reserves, says so (writes its run id to ``ready``), then hangs until killed."""
     ledger = open_ledger(url, timeout=60)
-    reservation = ledger.reserve(dataset, Plan.basic(epsilon), RunInfo(job="killed-job"))
+    reservation = ledger.reserve(
+        dataset, Plan.basic(epsilon), RunInfo(job="killed-job", inputs=(f"/data/{dataset}/x",))
+    )
     Path(ready + ".tmp").write_text(str(reservation.run_id))
     Path(ready + ".tmp").rename(ready)
     time.sleep(120)

@@ -19,7 +19,7 @@ RACERS = 16
 
 def test_sixteen_processes_race_for_one_budget(ledger_url: str, tmp_path: Path) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("survey_users", epsilon="1.0")
+        ledger.create_dataset("survey_users", inputs=["/data/survey_users/"], epsilon="1.0")
     reads = tmp_path / "reads"
     reads.mkdir()
     context = multiprocessing.get_context("spawn")
@@ -78,7 +78,7 @@ def _start_hanging_job(ledger_url: str, tmp_path: Path) -> tuple[multiprocessing
 
 def test_a_job_killed_after_its_reservation_stays_charged(ledger_url: str, tmp_path: Path) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("survey_users", epsilon="1")
+        ledger.create_dataset("survey_users", inputs=["/data/survey_users/"], epsilon="1")
     process, run_id = _start_hanging_job(ledger_url, tmp_path)
     with open_ledger(ledger_url) as ledger:
         running = ledger.status("survey_users").open_runs
@@ -97,7 +97,7 @@ def test_a_job_killed_after_its_reservation_stays_charged(ledger_url: str, tmp_p
         assert status.remaining.epsilon == Fraction(3, 5)
         (run,) = status.open_runs
         assert run.id == run_id and run.state == "reserved" and run.process_gone is True
-        assert run.shown_state == "reserved (abandoned: process gone)"
+        assert run.shown_state == "reserved (not started; abandoned: process gone)"
         # An owner lifts it explicitly, with a reason that the history keeps.
         released = ledger.release_run(run_id, reason="killed before reading any data")
         assert released.state == "released"

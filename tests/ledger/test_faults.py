@@ -33,8 +33,10 @@ def _one_line(error: BaseException) -> str:
 def _ledger(path: Path) -> str:
     url = f"sqlite://{path}"
     with open_ledger(url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        ledger.reserve("d", Plan.basic("0.25"), RunInfo(job="j")).commit([], "out")
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        ledger.reserve("d", Plan.basic("0.25"), RunInfo(job="j", inputs=("/data/d/x",))).commit(
+            [], "out"
+        )
     return url
 
 
@@ -137,6 +139,8 @@ def test_wrong_credentials_and_a_missing_ledger_on_a_real_server(
     assert postgres_server.password not in str(missing.value)
     with open_ledger(url, create=True) as ledger:
         assert postgres_server.password not in repr(ledger) + ledger.url
-        ledger.create_dataset("d", epsilon="1")
-        reservation = ledger.reserve("d", Plan.basic("0.5"), RunInfo(job="j"))
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        reservation = ledger.reserve(
+            "d", Plan.basic("0.5"), RunInfo(job="j", inputs=("/data/d/x",))
+        )
         assert postgres_server.password not in str(reservation.describe())

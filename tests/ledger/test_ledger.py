@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,11 @@ from beam_dp.ledger import (
 )
 
 JOB = RunInfo(job="test-job", config_digest="sha256:" + "0" * 64)
+
+
+def job(dataset: str) -> RunInfo:
+    """The test job, reading a file of the export ``dataset`` protects (``/data/<name>/``)."""
+    return dataclasses.replace(JOB, inputs=(f"/data/{dataset}/export.avro",))
 
 
 def entry(name: str = "top", epsilon: float = 0.3, **extra: object) -> LedgerEntry:
@@ -41,11 +48,11 @@ def entry(name: str = "top", epsilon: float = 0.3, **extra: object) -> LedgerEnt
 
 def test_sums_are_exact_ten_tenths_fit_in_one(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon=1.0)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon=1.0)
         for _ in range(10):  # 0.1 as a float ten times: 1.0000000000000002 in float sums
-            ledger.reserve("d", Plan.basic(0.1), JOB).commit([], "out")
+            ledger.reserve("d", Plan.basic(0.1), job("d")).commit([], "out")
         with pytest.raises(BudgetExceededError) as refused:
-            ledger.reserve("d", Plan.basic(Fraction(1, 10**30)), JOB)
+            ledger.reserve("d", Plan.basic(Fraction(1, 10**30)), job("d"))
         status = ledger.status("d")
         assert status.committed.epsilon == 1
         assert status.remaining == Cost()
@@ -58,17 +65,17 @@ def test_sums_are_exact_ten_tenths_fit_in_one(ledger_url: str) -> None:
 
 def test_reserved_runs_count_until_returned(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1", delta="1e-6")
-        first = ledger.reserve("d", Plan.basic("0.6", "1e-6"), JOB)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1", delta="1e-6")
+        first = ledger.reserve("d", Plan.basic("0.6", "1e-6"), job("d"))
         with pytest.raises(BudgetExceededError, match=r"epsilon=0\.4, delta=0 left"):
-            ledger.reserve("d", Plan.basic("0.5"), JOB)
+            ledger.reserve("d", Plan.basic("0.5"), job("d"))
         with pytest.raises(BudgetExceededError):  # δ is spent too
-            ledger.reserve("d", Plan.basic("0.1", "1e-9"), JOB)
+            ledger.reserve("d", Plan.basic("0.1", "1e-9"), job("d"))
         first.release()  # failed before any release could escape
         first.release()  # idempotent
         assert ledger.status("d").remaining == Cost(Fraction(1), Fraction(1, 10**6))
-        second = ledger.reserve("d", Plan.basic("0.5"), JOB)
-        with pytest.raises(LedgerError, match="only a reserved run can be returned"):
+        second = ledger.reserve("d", Plan.basic("0.5"), job("d"))
+        with pytest.raises(LedgerError, match="only a reserved run that never started"):
             second.commit([entry(epsilon=0.5)], "out") and second.release()
         assert ledger.run(first.run_id).state == "returned"
         assert ledger.run(second.run_id).state == "committed"
@@ -76,17 +83,17 @@ def test_reserved_runs_count_until_returned(ledger_url: str) -> None:
 
 def test_commit_charges_at_least_what_the_entries_spent(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="2")
-        reservation = ledger.reserve("d", Plan.basic("0.5"), JOB)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="2")
+        reservation = ledger.reserve("d", Plan.basic("0.5"), job("d"))
         record = reservation.commit([entry("a", 0.4), entry("b", 0.3)], "out")
         assert record.cost.epsilon == Fraction(7, 10)  # more than reserved: the truth counts
         assert [e["name"] for e in record.entries] == ["a", "b"]
-        smaller = ledger.reserve("d", Plan.basic("0.5"), JOB).commit([entry("a", 0.1)], "o2")
+        smaller = ledger.reserve("d", Plan.basic("0.5"), job("d")).commit([entry("a", 0.1)], "o2")
         assert smaller.cost.epsilon == Fraction(1, 2)  # the reservation is the least charge
         with pytest.raises(LedgerError, match="already committed"):
             reservation.commit([], "out")
         with pytest.raises(TypeError):
-            ledger.reserve("d", Plan.basic("0.1"), JOB).commit(
+            ledger.reserve("d", Plan.basic("0.1"), job("d")).commit(
                 [{"name": "a", "value": "a private value"}],  # type: ignore[list-item]
                 "out",
             )
@@ -94,8 +101,8 @@ def test_commit_charges_at_least_what_the_entries_spent(ledger_url: str) -> None
 
 def test_the_ledger_keeps_only_public_fields(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        record = ledger.reserve("d", Plan.basic("0.3", statistics=["top"]), JOB).commit(
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        record = ledger.reserve("d", Plan.basic("0.3", statistics=["top"]), job("d")).commit(
             [entry()], "gs://bucket/out"
         )
         described = ledger.run(record.id).to_json("basic")
@@ -107,34 +114,45 @@ def test_the_ledger_keeps_only_public_fields(ledger_url: str) -> None:
 
 def test_abandoned_and_owner_released_runs(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        crashed = ledger.reserve("d", Plan.basic("0.5"), JOB)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        crashed = ledger.reserve("d", Plan.basic("0.5"), job("d"))
+        crashed.start()
         crashed.abandon("writing outputs failed halfway")
-        with pytest.raises(LedgerError, match="only a reserved run can be returned"):
+        with pytest.raises(LedgerError, match="only a reserved run that never started"):
             crashed.release()
         assert ledger.status("d").reserved.epsilon == Fraction(1, 2)  # still charged
         assert ledger.status("d").open_runs[0].state == "abandoned"
         with pytest.raises(LedgerError, match="must say why"):
             ledger.release_run(crashed.run_id, reason=" ")
-        ledger.release_run(crashed.run_id, reason="outputs deleted before anyone read them")
-        assert ledger.status("d").reserved == Cost()
-        with pytest.raises(LedgerError, match="already released"):
-            ledger.release_run(crashed.run_id, reason="again")
+        # A run that began reading may have published: never refunded, by anyone.
+        with pytest.raises(LedgerError, match="may have published"):
+            ledger.release_run(crashed.run_id, reason="outputs deleted before anyone read them")
+        assert ledger.status("d").reserved.epsilon == Fraction(1, 2)
+        # A run that never started (its job died between reserving and reading) can be.
+        idle = ledger.reserve("d", Plan.basic("0.25"), job("d"))
+        with pytest.raises(LedgerError, match="still running on this host"):
+            ledger.release_run(idle.run_id, reason="it runs here: this process")
+        assert ledger.status("d").reserved.epsilon == Fraction(3, 4)
+        idle.release()
+        with pytest.raises(LedgerError, match="already returned"):
+            ledger.release_run(idle.run_id, reason="again")
         # If the job writes its outputs after all, committing charges it again.
-        record = crashed.commit([], "out")
+        record = idle.commit([], "out")
         assert record.state == "committed" and "charged again" in record.note
-        assert ledger.status("d").committed.epsilon == Fraction(1, 2)
+        assert ledger.status("d").committed.epsilon == Fraction(1, 4)
         with pytest.raises(LedgerError, match="stays spent"):
-            ledger.release_run(crashed.run_id, reason="committed runs stay")
+            ledger.release_run(idle.run_id, reason="committed runs stay")
         with pytest.raises(LedgerError, match="has no run"):
             ledger.release_run(10_000, reason="unknown")
 
 
 def test_overwrites_are_recorded_and_stay_spent(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        first = ledger.reserve("d", Plan.basic("0.2"), JOB).commit([], "/srv/out")
-        second = ledger.reserve("d", Plan.basic("0.2"), JOB).commit([], "/srv/out", overwrite=True)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        first = ledger.reserve("d", Plan.basic("0.2"), job("d")).commit([], "/srv/out")
+        second = ledger.reserve("d", Plan.basic("0.2"), job("d")).commit(
+            [], "/srv/out", overwrite=True
+        )
         assert first.overwrites == () and second.overwrites == (first.id,)
         assert second.overwrite is True
         assert ledger.status("d").committed.epsilon == Fraction(2, 5)
@@ -142,26 +160,28 @@ def test_overwrites_are_recorded_and_stay_spent(ledger_url: str) -> None:
 
 def test_refusals_name_the_rule(ledger_url: str) -> None:
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("survey_users", epsilon="1")
-        ledger.create_dataset("z", rho="0.1", delta="1e-6", composition="zcdp")
+        ledger.create_dataset("survey_users", inputs=["/data/survey_users/"], epsilon="1")
+        ledger.create_dataset("z", inputs=["/data/z/"], rho="0.1", delta="1e-6", composition="zcdp")
         with pytest.raises(LedgerError, match="did you mean 'survey_users'"):
-            ledger.reserve("survey_user", Plan.basic("0.1"), JOB)
+            ledger.reserve("survey_user", Plan.basic("0.1"), job("survey_user"))
         with pytest.raises(LedgerError, match="do not mix on one dataset"):
-            ledger.reserve("survey_users", Plan.zcdp("0.01"), JOB)
+            ledger.reserve("survey_users", Plan.zcdp("0.01"), job("survey_users"))
         with pytest.raises(LedgerError, match="do not mix on one dataset"):
-            ledger.reserve("z", Plan.basic("0.1"), JOB)
+            ledger.reserve("z", Plan.basic("0.1"), job("z"))
         with pytest.raises(LedgerError, match="relation='add_remove'"):
-            ledger.reserve("survey_users", Plan.basic("0.1", relation="replace"), JOB)
+            ledger.reserve(
+                "survey_users", Plan.basic("0.1", relation="replace"), job("survey_users")
+            )
         with pytest.raises(LedgerError, match="already has a dataset"):
-            ledger.create_dataset("z", epsilon="5")
+            ledger.create_dataset("z", inputs=["/data/z/"], epsilon="5")
         with pytest.raises(LedgerError, match="'dataset' must be"):
             ledger.create_dataset("bad name; drop table", epsilon="1")
         with pytest.raises(LedgerError, match="'epsilon' must be finite"):
-            ledger.create_dataset("e", epsilon="nan")
+            ledger.create_dataset("e", inputs=["/data/e/"], epsilon="nan")
         with pytest.raises(LedgerError, match="'epsilon' must be > 0"):
-            ledger.create_dataset("e", epsilon="-1")
+            ledger.create_dataset("e", inputs=["/data/e/"], epsilon="-1")
         with pytest.raises(LedgerError, match="'delta' > 0"):
-            ledger.create_dataset("e", rho="0.1", composition="zcdp")
+            ledger.create_dataset("e", inputs=["/data/e/"], rho="0.1", composition="zcdp")
         assert ledger.datasets() == ["survey_users", "z"]
 
 
@@ -174,10 +194,12 @@ def test_zcdp_dataset_composes_rho_and_reports_epsilon(ledger_url: str) -> None:
     assert plan.composition == "zcdp"
     assert plan.cost.rho == sum(Fraction(repr(s.rho)) for s in budget.shares)
     with open_ledger(ledger_url, create=True) as ledger:
-        created = ledger.create_dataset("z", epsilon="2", delta="1e-6", composition="zcdp")
+        created = ledger.create_dataset(
+            "z", inputs=["/data/z/"], epsilon="2", delta="1e-6", composition="zcdp"
+        )
         assert created.epsilon_equivalent(created.total) == pytest.approx(2.0, rel=1e-9)
         assert created.epsilon_equivalent(created.total) <= 2.0  # type: ignore[operator]
-        ledger.reserve("z", plan, JOB).commit(budget.ledger, "out")
+        ledger.reserve("z", plan, job("z")).commit(budget.ledger, "out")
         status = ledger.status("z")
     assert status.committed.rho == plan.cost.rho
     expected = zcdp_to_approx_dp(float(plan.cost.rho), 1e-6)
@@ -222,23 +244,23 @@ class Clock:
 def test_monthly_renewal_grants_a_fresh_allowance_and_never_refunds(ledger_url: str) -> None:
     clock = Clock(datetime(2026, 1, 15, 12, tzinfo=UTC))
     with open_ledger(ledger_url, create=True, clock=clock) as ledger:
-        ledger.create_dataset("d", epsilon="1.0", renewal="monthly")
-        ledger.reserve("d", Plan.basic("0.5"), JOB).commit([], "out")
-        held = ledger.reserve("d", Plan.basic("0.3"), JOB)  # a run still in progress
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1.0", renewal="monthly")
+        ledger.reserve("d", Plan.basic("0.5"), job("d")).commit([], "out")
+        held = ledger.reserve("d", Plan.basic("0.3"), job("d"))  # a run still in progress
         clock.now = datetime(2026, 1, 31, 23, 59, tzinfo=UTC)
         with pytest.raises(BudgetExceededError, match="renews at 2026-02-01 00:00 UTC"):
-            ledger.reserve("d", Plan.basic("0.3"), JOB)
+            ledger.reserve("d", Plan.basic("0.3"), job("d"))
         # A rule change takes effect from the next period: January keeps its allowance.
         ledger.set_renewal("d", "monthly", epsilon="2")
         assert ledger.status("d").total.epsilon == 1
         with pytest.raises(BudgetExceededError):
-            ledger.reserve("d", Plan.basic("0.3"), JOB)
+            ledger.reserve("d", Plan.basic("0.3"), job("d"))
         clock.now = datetime(2026, 2, 1, tzinfo=UTC)
         february = ledger.status("d")
         assert february.period.starts_at == clock.now
         assert february.period.ends_at == datetime(2026, 3, 1, tzinfo=UTC)
         assert february.total.epsilon == 2 and february.remaining.epsilon == 2
-        ledger.reserve("d", Plan.basic("1.5"), JOB).commit([], "out")
+        ledger.reserve("d", Plan.basic("1.5"), job("d")).commit([], "out")
         # January's run that commits late stays in January.
         held.commit([], "out")
         status = ledger.status("d")
@@ -253,8 +275,8 @@ def test_monthly_renewal_grants_a_fresh_allowance_and_never_refunds(ledger_url: 
 def test_a_dataset_without_renewal_can_start_renewing(ledger_url: str) -> None:
     clock = Clock(datetime(2026, 3, 10, tzinfo=UTC))
     with open_ledger(ledger_url, create=True, clock=clock) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        ledger.reserve("d", Plan.basic("1"), JOB).commit([], "out")
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        ledger.reserve("d", Plan.basic("1"), job("d")).commit([], "out")
         clock.now += timedelta(days=400)
         assert ledger.status("d").remaining.epsilon == 0  # "none": one allowance for life
         renewed = ledger.set_renewal("d", "weekly")
@@ -265,7 +287,7 @@ def test_a_dataset_without_renewal_can_start_renewing(ledger_url: str) -> None:
         ledger.set_renewal("d", "none")
         clock.now += timedelta(days=7)
         assert ledger.status("d").remaining.epsilon == 1
-        ledger.reserve("d", Plan.basic("1"), JOB)
+        ledger.reserve("d", Plan.basic("1"), job("d"))
         clock.now += timedelta(days=70)
         assert ledger.status("d").remaining.epsilon == 0
 
@@ -273,12 +295,57 @@ def test_a_dataset_without_renewal_can_start_renewing(ledger_url: str) -> None:
 def test_a_reservation_outlives_its_connection(ledger_url: str) -> None:
     # A job closes its ledger while the pipeline runs; the commit opens a new connection.
     with open_ledger(ledger_url, create=True) as ledger:
-        ledger.create_dataset("d", epsilon="1")
-        reservation = ledger.reserve("d", Plan.basic("0.5"), JOB)
-        returned = ledger.reserve("d", Plan.basic("0.25"), JOB)
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        reservation = ledger.reserve("d", Plan.basic("0.5"), job("d"))
+        returned = ledger.reserve("d", Plan.basic("0.25"), job("d"))
     assert ledger.closed
     assert reservation.commit([entry(epsilon=0.5)], "out").state == "committed"
     returned.release()
     with open_ledger(ledger_url) as reopened:
         status = reopened.status("d")
     assert status.committed.epsilon == Fraction(1, 2) and status.reserved == Cost()
+
+
+def _version_one_ledger(path: Path) -> None:
+    """A ledger as beam-dp wrote it before schema version 2 (no inputs, no started_at)."""
+    import sqlite3
+
+    from beam_dp.ledger._schema import schema
+
+    with sqlite3.connect(path) as connection:
+        for statement in schema("INTEGER PRIMARY KEY"):
+            statement = statement.replace(" note TEXT NOT NULL, inputs TEXT NOT NULL DEFAULT '[]')",
+                                          " note TEXT NOT NULL)")  # fmt: skip
+            statement = statement.replace(" note TEXT NOT NULL, started_at TEXT)",
+                                          " note TEXT NOT NULL)")  # fmt: skip
+            connection.execute(statement)
+        connection.executemany(
+            "INSERT INTO beam_dp_meta (key, value) VALUES (?, ?)",
+            [("format", "beam-dp ledger"), ("schema_version", "1"),
+             ("created_at", "2026-01-01T00:00:00.000000Z")],
+        )  # fmt: skip
+        connection.execute(
+            "INSERT INTO beam_dp_datasets VALUES ('d', 'basic', 'add_remove', '1', '0', '0', "
+            "'none', '2026-01-01T00:00:00.000000Z', '')"
+        )
+        connection.execute(
+            "INSERT INTO beam_dp_periods (dataset, starts_at, ends_at, epsilon, delta, rho) "
+            "VALUES ('d', '2026-01-01T00:00:00.000000Z', NULL, '1', '0', '0')"
+        )
+    connection.close()
+
+
+def test_a_version_one_ledger_is_migrated_and_must_register_its_input(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _version_one_ledger(path)
+    with open_ledger(f"sqlite://{path}") as ledger:
+        assert ledger.status("d").inputs == ()
+        with pytest.raises(LedgerError, match="protects no input yet"):
+            ledger.reserve("d", Plan.basic("0.5"), job("d"))
+        ledger.protect("d", ["/data/d/"])
+        ledger.reserve("d", Plan.basic("0.5"), job("d")).commit([], "out")
+        assert ledger.status("d").inputs == ("/data/d/",)
+        _runs, events = ledger.history("d")
+    assert [event.action for event in events] == ["protect"]
+    with open_ledger(f"sqlite://{path}") as again:  # opened again: version 2, nothing to do
+        assert again.status("d").committed.epsilon == Fraction(1, 2)

@@ -40,16 +40,25 @@ def url(tmp_path: Path) -> str:
 
 
 def test_create_show_and_history(url: str, tmp_path: Path) -> None:
-    text, _ = cli("create", "--ledger", url, "--dataset", "survey_users", "--epsilon", "1.0",
+    text, _ = cli("create", "--ledger", url, "--dataset", "survey_users", "--input",
+        "/data/survey_users/", "--epsilon", "1.0",
                   "--delta", "1e-6", "--renewal", "monthly", "--note", "survey users")  # fmt: skip
     assert "created dataset survey_users" in text
     assert "per calendar month (UTC)" in text
     with open_ledger(url) as ledger:
-        run = RunInfo(job="pipelines.release", config_digest="sha256:" + "ab" * 32)
+        run = RunInfo(
+            job="pipelines.release",
+            config_digest="sha256:" + "ab" * 32,
+            inputs=("/data/survey_users/a.avro",),
+        )
         ledger.reserve("survey_users", Plan.basic("0.3", statistics=["top", "median"]), run).commit(
             [], str(tmp_path / "out")
         )
-        ledger.reserve("survey_users", Plan.basic("0.25"), RunInfo(job="nightly"))
+        ledger.reserve(
+            "survey_users",
+            Plan.basic("0.25"),
+            RunInfo(job="nightly", inputs=("/data/survey_users/a.avro",)),
+        )
     text, _ = cli("show", "--ledger", url)
     lines = text.splitlines()
     assert any(line.split() == ["committed", "0.3", "0"] for line in lines), text
@@ -76,7 +85,8 @@ def test_create_show_and_history(url: str, tmp_path: Path) -> None:
 
 
 def test_zcdp_dataset_reports_its_epsilon(url: str) -> None:
-    _, created = cli("create", "--ledger", url, "--dataset", "z", "--composition", "zcdp",
+    _, created = cli("create", "--ledger", url, "--dataset", "z", "--input",
+        "/data/z/", "--composition", "zcdp",
                      "--rho", "0.05", "--delta", "1e-6", "--json")  # fmt: skip
     assert created is not None
     assert created["rho"]["total"] == 0.05
@@ -86,7 +96,7 @@ def test_zcdp_dataset_reports_its_epsilon(url: str) -> None:
 
 
 def test_renew_changes_the_rule_from_the_next_period(url: str) -> None:
-    cli("create", "--ledger", url, "--dataset", "d", "--epsilon", "1")
+    cli("create", "--ledger", url, "--dataset", "d", "--input", "/data/d/", "--epsilon", "1")
     _, renewed = cli("renew", "--ledger", url, "--dataset", "d", "--renewal", "weekly",
                      "--epsilon", "0.5", "--json")  # fmt: skip
     assert renewed is not None
@@ -101,13 +111,14 @@ def test_renew_changes_the_rule_from_the_next_period(url: str) -> None:
 
 
 def test_an_owner_releases_a_killed_jobs_reservation(url: str, tmp_path: Path) -> None:
-    cli("create", "--ledger", url, "--dataset", "d", "--epsilon", "1")
+    cli("create", "--ledger", url, "--dataset", "d", "--input", "/data/d/", "--epsilon", "1")
     # A job that reserved and was then killed with SIGKILL.
     code = (
         "import sys, time\n"
         "from beam_dp.ledger import Plan, RunInfo, open_ledger\n"
         "ledger = open_ledger(sys.argv[1])\n"
-        "r = ledger.reserve('d', Plan.basic('0.4'), RunInfo(job='nightly'))\n"
+        "run = RunInfo(job='nightly', inputs=('/data/d/x',))\n"
+        "r = ledger.reserve('d', Plan.basic('0.4'), run)\n"
         "print(r.run_id, flush=True)\n"
         "time.sleep(120)\n"
     )
@@ -118,7 +129,7 @@ def test_an_owner_releases_a_killed_jobs_reservation(url: str, tmp_path: Path) -
     job.wait(timeout=30)
     job.stdout.close()
     text, _ = cli("show", "--ledger", url, "--dataset", "d")
-    assert "reserved (abandoned: process gone)" in text
+    assert "reserved (not started; abandoned: process gone)" in text
     assert any(line.split() == ["remaining", "0.6", "0"] for line in text.splitlines()), text
     with pytest.raises(Exception, match="belongs to dataset 'd', not 'e'"):
         cli("release", "--ledger", url, "--dataset", "e", "--run", run_id, "--reason", "x")
@@ -145,12 +156,19 @@ def test_errors_are_one_line_and_fail(url: str, tmp_path: Path) -> None:
     assert missing.returncode == 1 and missing.stdout == ""
     assert missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
     assert not Path(url.removeprefix("sqlite://")).exists()
-    assert main("create", "--ledger", url, "--dataset", "d", "--epsilon", "1").returncode == 0
+    assert (
+        main(
+            "create", "--ledger", url, "--dataset", "d", "--input", "/data/d/", "--epsilon", "1"
+        ).returncode
+        == 0
+    )
     unknown = main("show", "--ledger", url, "--dataset", "dd")
     assert unknown.returncode == 1 and "did you mean 'd'?" in unknown.stderr
     assert main("show", "--ledger", url, "--datset", "d").returncode == 2  # unknown flag
     assert main("show", "--ledger", url, "--data", "d").returncode == 2  # no abbreviations
-    bad = main("create", "--ledger", url, "--dataset", "e", "--epsilon", "abc")
+    bad = main(
+        "create", "--ledger", url, "--dataset", "e", "--input", "/data/e/", "--epsilon", "abc"
+    )
     assert bad.returncode == 1 and "'epsilon' must be a decimal number" in bad.stderr
     no_url = main("show")
     assert no_url.returncode == 1 and "BEAM_DP_LEDGER_URL" in no_url.stderr
