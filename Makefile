@@ -18,7 +18,7 @@ LEDGER := sqlite:///$(CURDIR)/out/ledger.db
 run: $(STAMP)
 	@mkdir -p out && rm -f out/ledger.db
 	$(BIN)/python -m pipelines.budget create --ledger $(LEDGER) --dataset sample_survey \
-	  --epsilon 4 --delta 1e-6 --renewal monthly
+	  --input sample_data/survey/ --epsilon 4 --delta 1e-6 --renewal monthly
 	$(BIN)/python -m pipelines.release --config pipelines/configs/sample_survey.toml \
 	  --output out --overwrite --ledger $(LEDGER) --dataset sample_survey
 	$(BIN)/python -m pipelines.budget show --ledger $(LEDGER) --dataset sample_survey

@@ -2,7 +2,7 @@
 
 One job runs at a time in a process (:func:`pipelines.cli.cli` resets the state when it
 starts and ends). :func:`pipelines.cli.cli` reads it to decide what a failure may say;
-:func:`pipelines.execute.run_and_write` moves the phase on; the ledger charge reads it to
+:func:`pipelines.execute.run_releases` moves the phase on; the ledger charge reads it to
 decide whether a failed run's reservation may go back (:mod:`pipelines.ledger_charge`).
 """
 

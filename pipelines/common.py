@@ -3,7 +3,7 @@
 Jobs are thin CLIs: they parse flags into library parameters, ask a
 :class:`~beam_dp.accounting.PrivacyBudget` for their shares *before* the pipeline is built
 (so an over-spent budget fails before any data is read), apply beam_dp transforms, and hand
-the released records to :func:`run_and_write`. No DP math lives here. Each concern has its
+the released records to :func:`run_releases`. No DP math lives here. Each concern has its
 module; this one re-exports their public names:
 
 - :mod:`pipelines.flags`: a job's parser, the shared flags, strict Beam pipeline options.
@@ -37,7 +37,7 @@ failed, unless ``--show_tracebacks_unsafe`` (NOT private) is given.
 from __future__ import annotations
 
 from pipelines.cli import SKIP_HINT_CONFIG, SKIP_HINT_FLAG, cli
-from pipelines.execute import run_and_write, wait_for
+from pipelines.execute import run_releases, wait_for, write_document
 from pipelines.flags import (
     JOB_EPILOG,
     add_common_arguments,
@@ -70,10 +70,11 @@ __all__ = [
     "parse_args",
     "print_summary",
     "read_candidates",
-    "run_and_write",
+    "run_releases",
     "run_single",
     "run_statistic",
     "run_statistics",
     "statistic_parser",
     "wait_for",
+    "write_document",
 ]

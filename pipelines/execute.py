@@ -1,18 +1,55 @@
-"""Running a job's pipeline: build it, run it, collect the releases, write the outputs.
+"""Running a job's pipeline: exactly one sample per planned release reaches the outputs.
 
-The releases travel back to the job's process as small files; each transform is charged to
-the budget once, and the outputs are written only when the pipeline succeeded
-(:func:`run_and_write`). The job's stages are named here (:data:`JOB_STAGES`); their labels
-are the only text of a running pipeline a failure may name (:mod:`pipelines.cli`).
+Runners retry bundles, recompute lost tasks (Dask does, when a worker dies) and run tasks
+speculatively, so any step of a pipeline may run more than once, and a mechanism inside it may
+draw more than one sample of a release. What this module guarantees is that **at most one
+sample of each planned release ever leaves the pipeline, and the job publishes only if exactly
+one of each did**. Three parts (issue 21 weighed the candidates; this is the choice):
+
+1. **Releases travel only as PCollection output, to one commit step.** Every release (and the
+   name of every file skipped under ``on_bad_record="skip"``) is gathered into *one* element
+   (``beam.combiners.ToList``), and the pipeline's last step writes that element as one file,
+   ``releases.json``, under a fresh scratch directory: to a temporary name, then renamed over
+   the final one. A runner that retries or recomputes that step, or anything before it,
+   writes the whole gathered set again under the same final name, so the file holds the set
+   of *one* attempt, never a mix of two; the file is committed when its rename is (the
+   protocol of Beam's own file sinks, in one step because Beam's Dask runner computes only the
+   ancestors of a pipeline's last transform and hands every tagged output to every consumer).
+   No step before it writes anything: a sample drawn by an attempt whose output was lost
+   exists only in that attempt's memory and is never seen.
+2. **The driver checks what it gathered against the plan** (:func:`check_releases`): exactly
+   one ``releases.json``, holding exactly the planned ``(name, key, window)`` releases, each
+   once. Anything else (a missing, extra or repeated release, a second file) fails the job
+   closed: nothing is written, and the run stays charged (its pipeline read data). The check
+   looks at identities and counts only, never at released values, so whether a job fails does
+   not depend on the samples.
+3. **A scratch location every worker shares.** The commit step first checks that it sees a
+   token file the driver wrote into the scratch directory; on a worker that cannot (another
+   host, a local ``--temp_location``) it raises before it writes, so sampled records never
+   stay on a worker's disk. On every runner but the in-process DirectRunner, a probe job
+   (:func:`check_temp_location`) runs the same check before the ledger is charged and before
+   any data is read. The scratch directory is deleted when the job ends, whatever happens.
+
+Not chosen: retry-stable randomness (a release's bits derived from a per-run secret and the
+release's identity, so that a recomputed task draws the same sample). Beam has no channel to
+get a secret to workers outside the job graph (pipeline options and pickled DoFns are shown
+by runners' UIs), randomness before the mechanism (which rows and keys bounding keeps) would
+need the same treatment to make a recomputation draw from the same scores, and with (1) and
+(2) a second draw is never seen: it would buy nothing for privacy.
+
+The job's stages are named here (:data:`JOB_STAGES`); their labels are the only text of a
+running pipeline a failure may name (:mod:`pipelines.cli`).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -23,17 +60,82 @@ from apache_beam.pvalue import PCollection
 
 from beam_dp import telemetry
 from beam_dp.accounting import LedgerEntry, PrivacyBudget
+from beam_dp.errors import BeamDPError
 from beam_dp.io.outputs import write_outputs
 from beam_dp.release import Release, ledger_entries_to_record
 from pipelines._state import LOG, STATE
 
-__all__ = ["ALL_RELEASES", "COLLECT", "JOB_STAGES", "READ_EXPORT", "run_and_write", "wait_for"]
+__all__ = [
+    "ALL_RELEASES",
+    "COLLECT",
+    "COMMIT",
+    "JOB_STAGES",
+    "READ_EXPORT",
+    "PlannedRelease",
+    "ReleaseCheckError",
+    "TempLocationError",
+    "check_releases",
+    "check_temp_location",
+    "run_releases",
+    "wait_for",
+    "write_document",
+]
 
-READ_EXPORT, ALL_RELEASES, COLLECT = "ReadExport", "AllReleases", "Collect"
-JOB_STAGES = (READ_EXPORT, ALL_RELEASES, COLLECT)  # a statistic may not take these names
+READ_EXPORT, ALL_RELEASES, COLLECT, COMMIT = "ReadExport", "AllReleases", "Collect", "Commit"
+JOB_STAGES = (READ_EXPORT, ALL_RELEASES, COLLECT, COMMIT)  # a statistic may not take these names
 
-
+_RELEASES_FILE = "releases.json"
+_TOKEN_FILE = "driver.token"
 _DIRECT_NAMES = frozenset({"direct", "directrunner", "switchingdirectrunner"})
+
+
+class TempLocationError(BeamDPError, RuntimeError):
+    """A worker cannot see the job's scratch location (one line, public: a path)."""
+
+
+class ReleaseCheckError(BeamDPError, RuntimeError):
+    """The gathered releases are not exactly the planned ones (identities and counts only)."""
+
+
+@dataclass(frozen=True)
+class PlannedRelease:
+    """One release a job plans: its name, its public key (``.PerKey``) and its window, and
+    whether it may be absent (a post-processing of another release decides)."""
+
+    name: str
+    key: Any = None
+    window: str | None = None
+    optional: bool = False
+
+    def identity(self) -> str:
+        return json.dumps([self.name, self.key, self.window], sort_keys=True, default=str)
+
+
+def _identity(record: dict[str, Any]) -> str:
+    return PlannedRelease(
+        record.get("name", ""), record.get("key"), record.get("window")
+    ).identity()
+
+
+def _runner_name(options: PipelineOptions) -> str | None:
+    name = options.view_as(StandardOptions).runner
+    return None if name is None else str(name)
+
+
+def in_process(options: PipelineOptions) -> bool:
+    """Whether the pipeline runs on this host in this job's own processes (the DirectRunner)."""
+    name = _runner_name(options)
+    return name is None or name.lower() in _DIRECT_NAMES
+
+
+def _workers_on_this_host(options: PipelineOptions) -> bool:
+    """The DirectRunner, or the Dask runner's own local cluster (no ``--dask_client_address``):
+    every worker is a process of this host, started by this job, and sees its files."""
+    name = (_runner_name(options) or "").lower()
+    if in_process(options):
+        return True
+    # DaskOptions keeps --dask_client_address under the name "address".
+    return name.endswith("daskrunner") and not options.get_all_options().get("address")
 
 
 def _runner(options: PipelineOptions) -> Any:
@@ -45,8 +147,7 @@ def _runner(options: PipelineOptions) -> Any:
     pipeline without that detour, honouring ``--direct_num_workers`` and
     ``--direct_running_mode``. Any other ``--runner`` is left to Beam.
     """
-    name = options.view_as(StandardOptions).runner
-    if name is not None and str(name).lower() not in _DIRECT_NAMES:
+    if not in_process(options):
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
@@ -91,17 +192,130 @@ class _Stages(PipelineVisitor):
         return [label for label in self.labels if label and "/" not in label]
 
 
-class _WriteRelease(beam.DoFn):
-    """Each release to its own small JSON file (works on every runner and filesystem)."""
+def _require_token(scratch: str, token: str) -> None:
+    """Raise unless this process sees the driver's token in ``scratch`` (before any write)."""
+    path = FileSystems.join(scratch, _TOKEN_FILE)
+    try:
+        with FileSystems.open(path) as handle:
+            seen = handle.read().decode("utf-8")
+    except Exception:
+        seen = None
+    if seen != token:
+        raise TempLocationError(
+            f"a worker cannot see the job's temporary location {scratch}: give "
+            "--temp_location a location that every worker and this process share (a bucket, "
+            "or a shared file system); nothing was written on the worker"
+        )
 
-    def __init__(self, directory: str):
+
+class _CommitReleases(beam.DoFn):
+    """The one step that writes: every release of the run as one file, committed by rename.
+
+    Its input is one element, the list of every ``("release", record)`` and
+    ``("skipped", file name)`` of the run. A retried or recomputed attempt writes the whole
+    list again under the same final name (module docstring, part 1).
+    """
+
+    def __init__(self, scratch: str, token: str):
         super().__init__()
-        self._directory = directory
+        self._scratch = scratch
+        self._token = token
 
-    def process(self, release: Release) -> None:
-        path = FileSystems.join(self._directory, f"{uuid.uuid4().hex}.json")
-        with FileSystems.create(path) as handle:
-            handle.write(json.dumps(release.to_dict()).encode("utf-8"))
+    def process(self, gathered: list[tuple[str, Any]]) -> Iterable[str]:
+        _require_token(self._scratch, self._token)
+        final = FileSystems.join(self._scratch, _RELEASES_FILE)
+        partial = FileSystems.join(self._scratch, f".{uuid.uuid4().hex}.partial")
+        text = json.dumps(sorted(gathered, key=json.dumps), sort_keys=True)
+        with FileSystems.create(partial) as handle:
+            handle.write(text.encode("utf-8"))
+        if FileSystems.exists(final):  # an earlier attempt committed: this one replaces it
+            FileSystems.delete([final])
+        FileSystems.rename([partial], [final])
+        yield final
+
+
+def _tag(kind: str) -> Callable[[Any], tuple[str, Any]]:
+    def tag(element: Any) -> tuple[str, Any]:
+        if kind == "release":
+            return (kind, element.to_dict())
+        return (kind, str(element))
+
+    return tag
+
+
+def _scratch_root(options: PipelineOptions) -> str:
+    return options.get_all_options().get("temp_location") or tempfile.gettempdir()
+
+
+def _new_scratch(options: PipelineOptions, prefix: str) -> tuple[str, str]:
+    """A fresh scratch directory with the driver's token in it: (directory, token)."""
+    scratch = FileSystems.join(_scratch_root(options), f"{prefix}_{uuid.uuid4().hex}")
+    token = secrets.token_hex(16)
+    try:
+        FileSystems.mkdirs(scratch)
+        with FileSystems.create(FileSystems.join(scratch, _TOKEN_FILE)) as handle:
+            handle.write(token.encode("utf-8"))
+    except Exception:
+        raise TempLocationError(
+            f"cannot write the job's temporary location {_scratch_root(options)} (check "
+            "--temp_location, its file system and access to it)"
+        ) from None
+    return scratch, token
+
+
+def _remove(scratch: str) -> None:
+    try:
+        FileSystems.delete([scratch])
+    except Exception:  # never hide the job's own error; name the (public) directory
+        LOG.warning("could not remove the temporary directory %s", scratch)
+
+
+class _Probe(beam.DoFn):
+    def __init__(self, scratch: str, token: str):
+        super().__init__()
+        self._scratch = scratch
+        self._token = token
+
+    def process(self, element: int) -> Iterable[int]:
+        _require_token(self._scratch, self._token)
+        yield element
+
+
+def check_temp_location(options: PipelineOptions) -> None:
+    """Check, before the ledger is charged and before any data is read, that this process can
+    write the scratch location the job will use, and, unless every worker is a process this
+    job starts on this host (the DirectRunner, the Dask runner's own local cluster), with a
+    probe job that reads no data, that the workers see it too.
+
+    Raises:
+        TempLocationError: the location cannot be written, or the workers cannot see it (or
+            the probe could not run there).
+    """
+    scratch, token = _new_scratch(options, "beam_dp_probe")
+    if _workers_on_this_host(options):
+        _remove(scratch)
+        return
+    try:
+        LOG.info(
+            "checking that the workers share the temporary location %s", _scratch_root(options)
+        )
+        pipeline = beam.Pipeline(runner=_runner(options), options=options)
+        _ = (
+            pipeline
+            | "ProbeTempLocation" >> beam.Create(list(range(8)))
+            | "Spread" >> beam.Reshuffle()
+            | "SeeToken" >> beam.ParDo(_Probe(scratch, token))
+        )
+        try:
+            wait_for(pipeline.run())
+        except Exception:
+            raise TempLocationError(
+                f"the workers cannot see the temporary location {_scratch_root(options)}: give "
+                "--temp_location a location that every worker and this process share (a "
+                "bucket, or a shared file system); no data was read"
+            ) from None
+    finally:
+        _remove(scratch)
 
 
 def wait_for(result: Any) -> Any:
@@ -119,44 +333,112 @@ def wait_for(result: Any) -> Any:
     return result
 
 
-def run_and_write(
-    build: Callable[[beam.Pipeline], Sequence[PCollection]],
+def check_releases(
+    files: Sequence[str], gathered: Sequence[Any], planned: Sequence[PlannedRelease] | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The gathered records and skipped files, if they are exactly the planned releases.
+
+    ``files`` are the committed release files found (exactly one is expected); ``gathered``
+    its content. ``planned=None`` accepts any set of releases, each identity once (a library
+    caller whose plan is unknown).
+
+    Raises:
+        ReleaseCheckError: naming only identities and counts, never a released value.
+    """
+    if len(files) != 1:
+        raise ReleaseCheckError(
+            "the pipeline committed its releases "
+            + ("nowhere (no worker could write them)" if not files else f"{len(files)} times")
+            + "; a run must commit exactly once"
+        )
+    records: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for kind, item in gathered:
+        if kind == "release" and isinstance(item, dict):
+            records.append(item)
+        elif kind == "skipped":
+            skipped.append(str(item))
+        else:
+            raise ReleaseCheckError("the committed releases hold an element of an unknown kind")
+    seen: dict[str, int] = {}
+    for record in records:
+        seen[_identity(record)] = seen.get(_identity(record), 0) + 1
+    repeated = sorted(identity for identity, count in seen.items() if count > 1)
+    if repeated:
+        raise ReleaseCheckError(
+            f"release {repeated[0]} was committed {seen[repeated[0]]} times (a task ran more "
+            "than once and its samples reached the commit); nothing is published"
+        )
+    if planned is not None:
+        required = {release.identity() for release in planned if not release.optional}
+        allowed = {release.identity() for release in planned}
+        missing = sorted(required - seen.keys())
+        extra = sorted(seen.keys() - allowed)
+        if missing or extra:
+            # An unplanned release is named by its name alone: its key could be a sample.
+            what = (
+                f"release {missing[0]} is missing"
+                if missing
+                else f"a release named {json.loads(extra[0])[0]!r} was not planned"
+            )
+            raise ReleaseCheckError(
+                f"the committed releases are not the planned ones: {what} "
+                f"({len(missing)} missing, {len(extra)} unplanned); nothing is published"
+            )
+    return records, sorted(set(skipped))
+
+
+def run_releases(
+    build: Callable[[beam.Pipeline], tuple[Sequence[PCollection], PCollection | None]],
     *,
     budget: PrivacyBudget,
     options: PipelineOptions,
-    output: str,
-    ledger_record: dict[str, Any] | None = None,
+    planned: Sequence[PlannedRelease] | None,
+    before_run: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Build the pipeline with ``build``, run it, record the releases, write the outputs.
+    """Build the pipeline with ``build``, run it, check and record the releases.
 
-    ``build`` returns PCollections of :class:`beam_dp.release.Release`. Releases travel
-    back to this process as small files in a temporary directory (under ``--temp_location``
-    when given, so that remote workers can write it). Each transform is charged once,
-    whatever the number of keys it released (their epsilon is accounted by the transform:
-    parallel composition or a split, as its ledger says). Jobs read bounded exports, so
-    there is one (global) window.
+    ``before_run`` is called once everything is built, right before the pipeline runs (the
+    ledger's :meth:`~beam_dp.ledger.Reservation.start`): nothing has read data before it.
+
+    ``build`` returns the PCollections of :class:`beam_dp.release.Release` and, optionally,
+    a PCollection of the names of files skipped under ``on_bad_record="skip"``. Returns the
+    ``release.json`` document (written by :func:`write_document`, after the ledger commits).
+    Each transform is charged to ``budget`` once, whatever the number of keys it released
+    (their epsilon is accounted by the transform: parallel composition or a split, as its
+    ledger says).
+
+    Raises:
+        ReleaseCheckError, TempLocationError: the run could not deliver exactly its planned
+            releases (module docstring): fail closed.
     """
     STATE.phase = "prepare"
     STATE.writing_outputs = False
-    temp_root = options.get_all_options().get("temp_location") or tempfile.gettempdir()
-    scratch = FileSystems.join(temp_root, f"beam_dp_releases_{uuid.uuid4().hex}")
-    pipeline = beam.Pipeline(runner=_runner(options), options=options)
-    outputs = build(pipeline)
-    _ = (
-        tuple(outputs)
-        | ALL_RELEASES >> beam.Flatten()
-        | COLLECT >> beam.ParDo(_WriteRelease(scratch))
-    )
-    stages = _Stages()
-    pipeline.visit(stages)
-    STATE.stages = frozenset(stages.labels)
-    top = stages.top_level()
-    shown = ", ".join(top)
-    FileSystems.mkdirs(scratch)
-    STATE.phase = "run"
-    started = time.monotonic()
-    LOG.info("running %d stage(s): %s", len(top), shown)
+    scratch, token = _new_scratch(options, "beam_dp_releases")
     try:
+        pipeline = beam.Pipeline(runner=_runner(options), options=options)
+        outputs, skipped_files = build(pipeline)
+        tagged = [
+            release | f"Tag{i}" >> beam.Map(_tag("release")) for i, release in enumerate(outputs)
+        ]
+        if skipped_files is not None:
+            tagged.append(skipped_files | "TagSkipped" >> beam.Map(_tag("skipped")))
+        _ = (
+            tuple(tagged)
+            | ALL_RELEASES >> beam.Flatten()
+            | COLLECT >> beam.transforms.combiners.ToList()
+            | COMMIT >> beam.ParDo(_CommitReleases(scratch, token))
+        )
+        stages = _Stages()
+        pipeline.visit(stages)
+        STATE.stages = frozenset(stages.labels)
+        top = [label for label in stages.top_level() if not label.startswith("Tag")]
+        shown = ", ".join(top)
+        if before_run is not None:
+            before_run()
+        STATE.phase = "run"
+        started = time.monotonic()
+        LOG.info("running %d stage(s): %s", len(top), shown)
         result = wait_for(pipeline.run())
         LOG.info(
             "the pipeline finished in %.1f s; %d stage(s) done: %s",
@@ -166,15 +448,19 @@ def run_and_write(
         )
         STATE.phase = "write"
         _log_metrics(result)
-        records: list[dict[str, Any]] = []
-        for match in FileSystems.match([FileSystems.join(scratch, "*.json")])[0].metadata_list:
-            with FileSystems.open(match.path) as handle:
-                records.append(json.loads(handle.read().decode("utf-8")))
+        found = [
+            match.path
+            for match in FileSystems.match([FileSystems.join(scratch, "releases*.json")])[
+                0
+            ].metadata_list
+        ]
+        gathered: list[Any] = []
+        if len(found) == 1:
+            with FileSystems.open(found[0]) as handle:
+                gathered = json.loads(handle.read().decode("utf-8"))
+        records, skipped = check_releases(found, gathered, planned)
     finally:
-        try:
-            FileSystems.delete([scratch])
-        except Exception:  # never hide the job's own error; name the (public) directory
-            LOG.warning("could not remove the temporary directory %s", scratch)
+        _remove(scratch)
     order = {share.name: i for i, share in enumerate(budget.shares)}
     records.sort(
         key=lambda r: (
@@ -197,8 +483,12 @@ def run_and_write(
     for entry in ledger_entries_to_record(releases):
         budget.record(entry)
     document: dict[str, Any] = {"releases": records, "budget": budget.to_json()}
-    if ledger_record is not None:
-        document["budget"]["ledger"] = ledger_record
+    if skipped:
+        document["skipped_files"] = skipped
+    return document
+
+
+def write_document(document: dict[str, Any], output: str) -> None:
+    """Write ``release.json``, ``release.avro`` and ``report.html`` (after the ledger commit)."""
     STATE.writing_outputs = True
     write_outputs(document, output)
-    return document

@@ -130,11 +130,32 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
         "pipelines.budget create). Default: none (give it with --ledger)",
     )
     parser.add_argument(
+        "--ledger_timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        default=30.0,
+        help="how long the job waits for the ledger (its lock, or a PostgreSQL connection) at "
+        "each attempt; the commit after the pipeline makes 4 attempts, 1, 2 and 4 s apart, "
+        "and if all fail the releases are not written and the run stays charged. Default 30",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="replace a release already in --output (recorded in the ledger; the earlier "
         "run's spend stays spent). Default: a job refuses to write over an earlier release",
     )
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds; received {text!r}"
+        ) from None
+    if not (value > 0 and value < 86_400):
+        raise argparse.ArgumentTypeError(f"must be > 0 and < 86400 seconds; received {text!r}")
+    return value
 
 
 def add_output_argument(parser: argparse.ArgumentParser) -> None:

@@ -2,8 +2,12 @@
 
 :func:`run_statistics` is the order every job follows, all before any data is read: the
 statistics' parameters, the output directory, the budget (an over-spent budget fails before
-any data is read), the transforms, the input files, and the reservation in the ledger when
-one is given. The export is read once; every statistic's transform consumes the same rows.
+any data is read), the transforms, the input files, the workers' view of the temporary
+location (a probe job on a distributed runner), and the reservation in the ledger when one is
+given (which checks the input files against what the datasets protect). The ledger then
+records that the run starts reading; the pipeline runs; its releases are checked against the
+plan (:mod:`pipelines.execute`); the ledger commits them; and only then are the outputs
+written. The export is read once; every statistic's transform consumes the same rows.
 :func:`run_statistic` is a one-statistic job (``best_price``, ``election``, ...) from its
 flags.
 """
@@ -26,9 +30,23 @@ from beam_dp.io import ReadExport
 from beam_dp.io.schema import ColumnResolution, column_resolution, combine_resolutions
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
-from pipelines.execute import JOB_STAGES, READ_EXPORT, run_and_write
+from pipelines.execute import (
+    JOB_STAGES,
+    READ_EXPORT,
+    PlannedRelease,
+    check_temp_location,
+    run_releases,
+    write_document,
+)
 from pipelines.flags import parse_args
-from pipelines.ledger_charge import check_ledger_flags, commit, reserve, settle_failure
+from pipelines.ledger_charge import (
+    LEDGER_TIMEOUT,
+    check_ledger_flags,
+    commit,
+    reserve,
+    settle_failure,
+    start,
+)
 from pipelines.outputs import check_output, check_writable
 from pipelines.statistics import StatisticSpec, spec_from_config
 from pipelines.summary import print_summary
@@ -72,8 +90,8 @@ def approximate_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def match_input_files(pattern: str) -> tuple[int, int]:
-    """How many files the input pattern matches and their total size; none is an error.
+def match_input_files(pattern: str) -> tuple[list[str], int]:
+    """The files the input pattern matches (sorted) and their total size; none is an error.
 
     Both are facts about the files an operator can list, not about records; the size is only
     ever shown to two significant digits (:func:`_approximate_size`).
@@ -87,7 +105,8 @@ def match_input_files(pattern: str) -> tuple[int, int]:
         ) from None
     if not found:
         raise ValueError(f"no file matches the input {pattern!r}")
-    return len(found), sum(int(match.size_in_bytes or 0) for match in found)
+    paths = sorted(match.path for match in found)
+    return paths, sum(int(match.size_in_bytes or 0) for match in found)
 
 
 def _matched_paths(pattern: str) -> list[str]:
@@ -198,6 +217,7 @@ def run_statistics(
     overwrite: bool = False,
     job: str = "pipelines",
     config: str | None = None,
+    ledger_timeout: float = LEDGER_TIMEOUT,
 ) -> dict[str, Any]:
     """Check every statistic, request every share, finalize the budget, then run.
 
@@ -259,28 +279,51 @@ def run_statistics(
     )
     files, size = match_input_files(input_pattern)
     LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
-    LOG.info("input: %s (%d file(s), about %s)", input_pattern, files, approximate_size(size))
+    LOG.info("input: %s (%d file(s), about %s)", input_pattern, len(files), approximate_size(size))
+    planned = [
+        PlannedRelease(name, key, optional=optional)
+        for _spec, transform in transforms
+        for name, key, optional in transform.planned_releases
+    ]
 
-    def build(pipeline: beam.Pipeline) -> list[PCollection]:
+    def build(pipeline: beam.Pipeline) -> tuple[list[PCollection], PCollection | None]:
         rows = pipeline | READ_EXPORT >> reader
-        return [rows | spec.name >> transform for spec, transform in transforms]
+        return [rows | spec.name >> transform for spec, transform in transforms], None
 
-    run = RunInfo(job, config_digest(config) if config else "", details={"input": input_pattern})
+    check_temp_location(options)
+    location = output if "://" in output else os.path.abspath(output)
+    run = RunInfo(
+        job,
+        config_digest(config) if config else "",
+        details={"input": input_pattern},
+        inputs=tuple(files),
+        output_location=location,
+    )
     # The relation every release is private under (checked above to be one): the ledger
     # compares it with the dataset's, so a statistic's own 'relation' counts, not the default.
     released_under = relations[0] if relations else relation
-    reserved = reserve(ledger, dataset, budget, released_under, run)
+    reserved = reserve(ledger, dataset, budget, released_under, run, timeout=ledger_timeout)
     if reserved is None:
-        return run_and_write(build, budget=budget, options=options, output=output)
+        document = run_releases(build, budget=budget, options=options, planned=planned)
+        write_document(document, output)
+        return document
     reservation, ledger_record = reserved
+    started: list[bool] = []
+
+    def before_run() -> None:
+        start(reservation)
+        started.append(True)
+
     try:
-        document = run_and_write(
-            build, budget=budget, options=options, output=output, ledger_record=ledger_record
+        document = run_releases(
+            build, budget=budget, options=options, planned=planned, before_run=before_run
         )
     except BaseException:
-        settle_failure(reservation)  # given back only if no data was read
+        settle_failure(reservation, started=bool(started))
         raise
-    commit(reservation, budget, output, overwrite)
+    document["budget"]["ledger"] = ledger_record
+    ledger_record["after_commit"] = commit(reservation, budget, output, overwrite)
+    write_document(document, output)
     return document
 
 
@@ -303,6 +346,7 @@ def run_single(
         dataset=args.dataset,
         overwrite=args.overwrite,
         job=spec.name,
+        ledger_timeout=args.ledger_timeout,
     )
     print_summary(document)
     return document

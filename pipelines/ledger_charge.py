@@ -1,11 +1,15 @@
-"""A job's charge in a persistent budget ledger: reserved before any data is read, then
-committed, or (only when no data was read yet) given back.
+"""A job's charge in a persistent budget ledger: reserved before any data is read, started
+right before the pipeline runs, committed before the outputs are written, or (only when the
+pipeline never started) given back.
 
 Fail closed: the reservation goes back only when the job failed before the pipeline ran
-(parameters, files, the ledger itself). Once records were read, whether the job fails may
-depend on them (a bad record with ``on_bad_record=fail``), and a refund would let such a
-one-bit leak repeat for free; a release may also have escaped while the outputs were written.
-If the ledger fails too, the charge stays.
+(parameters, files, the temporary location, the ledger itself). Once the ledger recorded the
+start, whether the job fails may depend on the records (a bad record with
+``on_bad_record=fail``), and a refund would let such a one-bit leak repeat for free; neither
+the job nor an owner can lift the charge then. The commit comes before the outputs: a commit
+that cannot reach the ledger is retried for a bounded time (``COMMIT_ATTEMPTS`` attempts of up
+to ``--ledger_timeout`` seconds each, with pauses of 1, 2, 4 s), and if it still fails the
+releases are not written and the run stays charged for its reservation.
 """
 
 from __future__ import annotations
@@ -15,10 +19,19 @@ import os
 from typing import Any
 
 from beam_dp.accounting import PrivacyBudget
-from beam_dp.ledger import LedgerError, Plan, Reservation, RunInfo, open_ledger
-from pipelines._state import STATE
+from beam_dp.ledger import COMMIT_ATTEMPTS, LedgerError, Plan, Reservation, RunInfo, open_ledger
 
-__all__ = ["check_ledger_flags", "commit", "reserve", "settle_failure"]
+__all__ = [
+    "LEDGER_TIMEOUT",
+    "check_ledger_flags",
+    "commit",
+    "reserve",
+    "settle_failure",
+    "start",
+]
+
+#: Seconds a job waits for the ledger (its lock, or a PostgreSQL connection) at each attempt.
+LEDGER_TIMEOUT = 30.0
 
 _HISTORY_FIELDS = (
     "run", "shown_state", "reserved_at", "epsilon", "delta", "rho", "job", "statistics",
@@ -33,7 +46,13 @@ def check_ledger_flags(ledger: str | None, dataset: str | None) -> None:
 
 
 def reserve(
-    ledger: str | None, dataset: str | None, budget: PrivacyBudget, relation: str, run: RunInfo
+    ledger: str | None,
+    dataset: str | None,
+    budget: PrivacyBudget,
+    relation: str,
+    run: RunInfo,
+    *,
+    timeout: float = LEDGER_TIMEOUT,
 ) -> tuple[Reservation, dict[str, Any]] | None:
     """Reserve the final budget's whole spend in the ledger, before any data is read.
 
@@ -44,7 +63,7 @@ def reserve(
     check_ledger_flags(ledger, dataset)
     if ledger is None or dataset is None:
         return None
-    with open_ledger(ledger) as opened:  # closed while the pipeline runs; commit reconnects
+    with open_ledger(ledger, timeout=timeout) as opened:  # closed while the pipeline runs
         reservation = opened.reserve(dataset, Plan.from_budget(budget, relation=relation), run)
         status = opened.status(dataset)
         runs, _ = opened.history(dataset)
@@ -64,18 +83,51 @@ def reserve(
     return reservation, record
 
 
-def settle_failure(reservation: Reservation) -> None:
-    """After a failed run: give the reservation back, or leave it charged (module docstring)."""
-    with contextlib.suppress(LedgerError):
-        if STATE.phase == "prepare":
+def start(reservation: Reservation) -> None:
+    """Record in the ledger that the run starts reading data; if that fails, give the
+    reservation back (nothing was read) and stop the job."""
+    try:
+        reservation.start()
+    except LedgerError:
+        with contextlib.suppress(LedgerError):
             reservation.release()
-        elif STATE.writing_outputs:
-            reservation.abandon("the job failed while writing its outputs")
+        raise
+
+
+def settle_failure(reservation: Reservation, *, started: bool) -> None:
+    """After a failed run: give the reservation back if the pipeline never started, else leave
+    it charged (module docstring)."""
+    with contextlib.suppress(LedgerError):
+        if not started:
+            reservation.release()
         else:
             reservation.abandon("the job failed after it began reading data")
 
 
-def commit(reservation: Reservation, budget: PrivacyBudget, output: str, overwrite: bool) -> None:
-    """After a successful run: the budget's ledger entries, charged where the outputs are."""
+def commit(
+    reservation: Reservation, budget: PrivacyBudget, output: str, overwrite: bool
+) -> dict[str, Any]:
+    """After a successful run, before the outputs: the budget's ledger entries, charged where
+    the outputs will be. Returns what the ledger charged and what the period has left.
+
+    Raises:
+        LedgerError: the ledger could not record the run after every attempt: the releases
+            must not be written, and the run stays charged.
+    """
     location = output if "://" in output else os.path.abspath(output)
-    reservation.commit(budget.ledger, location, overwrite=overwrite)
+    composition = reservation.plan.composition
+    try:
+        record = reservation.commit(budget.ledger, location, overwrite=overwrite)
+    except LedgerError as error:
+        raise LedgerError(
+            f"{error} -- the ledger could not record run {reservation.run_id} after "
+            f"{COMMIT_ATTEMPTS} attempts, so its releases were NOT written; the run stays "
+            f"charged its reservation ({reservation.cost.describe(composition)}) on dataset "
+            f"{reservation.dataset!r} because its pipeline read data, and no one can lift that "
+            "charge (a run that may have published is never refunded); nothing needs "
+            "reconciling: `python -m pipelines.budget history` lists it as reserved (started)"
+        ) from None
+    summary: dict[str, Any] = {"run": record.id, "charged": record.cost.describe(composition)}
+    with contextlib.suppress(LedgerError):
+        summary["remaining"] = reservation.status().describe_remaining()
+    return summary

@@ -2,7 +2,7 @@
 
 Both checks fail closed with one line naming the directory and the rule, before the budget
 is asked and before any data is read; the outputs themselves are written only when the job
-succeeds (:func:`pipelines.execute.run_and_write`).
+succeeds (:func:`pipelines.execute.write_document`).
 """
 
 from __future__ import annotations

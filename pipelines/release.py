@@ -191,6 +191,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         overwrite=args.overwrite,
         job="pipelines.release",
         config=args.config,
+        ledger_timeout=args.ledger_timeout,
     )
     print_summary(document)
     print(f"\nwrote {args.output}/release.json, release.avro and report.html")

@@ -28,7 +28,6 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal
 
-import apache_beam as beam
 import numpy as np
 
 from beam_dp.accounting import BudgetShare, PrivacyBudget
@@ -510,7 +509,7 @@ class StatisticSpec:
 
     def transform(
         self, *, unit_column: str | None, relation: str, on_bad_record: str
-    ) -> beam.PTransform:
+    ) -> PrivateTransform:
         """The beam_dp transform (call after ``budget.finalize()``)."""
         return self._build(
             main=self.shares["main"],

@@ -172,3 +172,21 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
         f"({budget.get('composition', 'basic')} composition)",
         file=out,
     )
+    ledger = budget.get("ledger")
+    if isinstance(ledger, dict) and isinstance(ledger.get("after_commit"), dict):
+        charge = ledger["after_commit"]
+        print(
+            f"ledger {ledger.get('ledger')}: run {charge.get('run')} charged "
+            f"{charge.get('charged')} to dataset {ledger.get('dataset')!r}",
+            file=out,
+        )
+        if charge.get("remaining"):
+            print(f"  {charge['remaining']}", file=out)
+    skipped = document.get("skipped_files") or []
+    if skipped:
+        print(
+            f"\nskipped as undecodable (on_bad_record = skip), {len(skipped)} file(s):",
+            file=out,
+        )
+        for name in skipped:
+            print(f"  {name}", file=out)

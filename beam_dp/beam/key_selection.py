@@ -360,6 +360,8 @@ def top_after_key_selection(
         display=display,
         mechanism=options.mechanism,
         rounds=options.k,
+        # the selected labels always; the top-k among them only if some label was selected
+        releases=((spec.name, False), (budget.name, True)),
     )
 
 

@@ -129,6 +129,9 @@ class Built:
         keys_per_unit: the releases per window one unit can influence (``m`` for ``.PerKey``).
         display: display data (public parameters only).
         mechanism, rounds: the ledger mechanism and rounds a budget share must name.
+        releases: the names of the releases it makes per key and window, each with whether it
+            may be absent (a top-k after DP key selection releases only if some label was
+            selected); None: ``release_name`` alone, always.
     """
 
     plan: Plan
@@ -137,6 +140,7 @@ class Built:
     display: dict[str, Any]
     mechanism: str
     rounds: int
+    releases: tuple[tuple[str, bool], ...] | None = None
 
 
 class PrivateTransform(beam.PTransform):
@@ -219,6 +223,20 @@ class PrivateTransform(beam.PTransform):
 
     def display_data(self) -> dict[str, Any]:
         return dict(self._display)
+
+    @property
+    def release_name(self) -> str:
+        """The name its releases carry (the budget share's name)."""
+        return self._release_name
+
+    @property
+    def planned_releases(self) -> tuple[tuple[str, Any, bool], ...]:
+        """``(name, key, optional)`` of every release it makes in the global window: one per
+        public key for ``.PerKey`` (key None for ``.Globally``), whatever the data; a job checks
+        the releases it gathers against these (``pipelines.execute``)."""
+        names = self._built.releases or ((self._release_name, False),)
+        keys = self._plan.keys if self._plan.keys is not None else (None,)
+        return tuple((name, key, optional) for name, optional in names for key in keys)
 
     @property
     def keys_per_unit(self) -> int:

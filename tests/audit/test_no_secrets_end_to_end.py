@@ -498,6 +498,8 @@ def test_release_job_never_shows_the_secret(
             ledger,
             "--dataset",
             "survey",
+            "--input",
+            f"{tmp_path / 'in'}/",
             "--epsilon",
             "100",
             "--delta",

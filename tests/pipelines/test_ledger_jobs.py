@@ -103,7 +103,8 @@ def _budget_text(*argv: str) -> str:
 
 def _ledger(tmp_path: Path, epsilon: str = "1.0") -> str:
     url = f"sqlite://{tmp_path / 'ledger' / 'budget.db'}"
-    _budget("create", "--ledger", url, "--dataset", DATASET, "--epsilon", epsilon)
+    _budget("create", "--ledger", url, "--dataset", DATASET, "--input", f"{tmp_path}/",
+            "--epsilon", epsilon)  # fmt: skip
     return url
 
 
@@ -239,24 +240,47 @@ def test_an_output_holding_a_release_needs_overwrite_which_the_ledger_records(
 
 
 def test_a_job_that_fails_before_its_pipeline_runs_gives_its_reservation_back(
-    tmp_path: Path, export: str, pipeline_runs: list[str]
+    tmp_path: Path, export: str, pipeline_runs: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = _ledger(tmp_path)
-    # A parameter only discovered after the reservation: the job's scratch directory for
-    # releases cannot be made (--temp_location lies under a regular file).
-    (tmp_path / "a-file").write_text("not a directory")
-    argv = _election(export, tmp_path / "out", "0.6", "--ledger", url, "--dataset", DATASET,
-                     "--temp_location", str(tmp_path / "a-file" / "tmp"))  # fmt: skip
+    # A failure after the reservation, before the ledger recorded the start: the job's scratch
+    # directory for releases cannot be made (the location was checked writable before).
+    from pipelines import execute
+
+    def unwritable(options: Any, prefix: str) -> Any:
+        if prefix == "beam_dp_releases":
+            raise OSError(28, "No space left on device")
+        return original(options, prefix)
+
+    original = execute._new_scratch
+    monkeypatch.setattr(execute, "_new_scratch", unwritable)
+    argv = _election(export, tmp_path / "out", "0.6", "--ledger", url, "--dataset", DATASET)
     with pytest.raises(OSError):
         election.run(argv)
     assert pipeline_runs == [] and not (tmp_path / "out").exists()
     (run,) = _history(url)
     assert run["state"] == "returned" and run["charged"] is False, run
+    assert run["started_at"] is None
     shown = _show(url)
     assert shown["exact"]["epsilon"] == {
         "total": "1", "committed": "0", "reserved": "0", "remaining": "1"
     }  # fmt: skip
     assert shown["open_runs"] == []
+
+
+def test_an_unwritable_temp_location_fails_before_the_reservation(
+    tmp_path: Path, export: str, pipeline_runs: list[str]
+) -> None:
+    url = _ledger(tmp_path)
+    (tmp_path / "a-file").write_text("not a directory")
+    argv = _election(export, tmp_path / "out", "0.6", "--ledger", url, "--dataset", DATASET,
+                     "--temp_location", str(tmp_path / "a-file" / "tmp"))  # fmt: skip
+    with pytest.raises(SystemExit) as info:
+        cli(lambda: election.run(argv))
+    message = str(info.value.code)
+    assert "cannot write the job's temporary location" in message and "\n" not in message
+    assert pipeline_runs == [] and not (tmp_path / "out").exists()
+    assert _history(url) == []
 
 
 def test_a_job_whose_pipeline_raised_stays_charged(
@@ -339,7 +363,7 @@ def _garbage(path: Path) -> None:
 
 def _damaged(path: Path) -> None:
     with open_ledger(f"sqlite://{path}", create=True) as ledger:
-        ledger.create_dataset(DATASET, epsilon="1.0")
+        ledger.create_dataset(DATASET, inputs=[f"/data/{DATASET}/"], epsilon="1.0")
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xa5" * (4096 - 100)  # the schema page, past SQLite's 100-byte header
     path.write_bytes(bytes(data))

@@ -109,7 +109,7 @@ def test_unwritable_output_is_refused_before_the_pipeline_is_built(
     def must_not_run(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the pipeline ran before --output was checked")
 
-    monkeypatch.setattr(job_run, "run_and_write", must_not_run)
+    monkeypatch.setattr(job_run, "run_releases", must_not_run)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(SystemExit) as info:
         common.cli(lambda: best_price.run(_price_argv(SAMPLE, tmp_path / "a_file" / "out")))
@@ -372,7 +372,7 @@ def test_mixed_relations_are_refused_before_the_pipeline_is_built(
     def must_not_run(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the pipeline ran with statistics the budget cannot compose")
 
-    monkeypatch.setattr(job_run, "run_and_write", must_not_run)
+    monkeypatch.setattr(job_run, "run_releases", must_not_run)
     config = tmp_path / "job.toml"
     statistic = '[[statistics]]\nname = "{}"\ntype = "best_price"\nvalue = "w"\n{}\n'
     config.write_text(
@@ -411,8 +411,8 @@ def test_the_ledger_sees_the_relation_the_statistics_are_released_under(tmp_path
     from pipelines import budget
 
     url = f"sqlite://{tmp_path / 'budget.db'}"
-    budget.run(["create", "--ledger", url, "--dataset", "survey", "--epsilon", "5"],
-               out=io.StringIO())  # fmt: skip
+    budget.run(["create", "--ledger", url, "--dataset", "survey", "--input", "/data/survey/",
+                "--epsilon", "5"], out=io.StringIO())  # fmt: skip
     config = tmp_path / "job.toml"
     config.write_text(
         f'[input]\npath = "{SAMPLE}"\nprivacy_unit = "user_id"\n\n[budget]\nepsilon = 1.0\n\n'
