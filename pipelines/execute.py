@@ -48,6 +48,7 @@ import secrets
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -482,7 +483,14 @@ def run_releases(
     ]
     for entry in ledger_entries_to_record(releases):
         budget.record(entry)
-    document: dict[str, Any] = {"releases": records, "budget": budget.to_json()}
+    document: dict[str, Any] = {
+        "run": {
+            "id": uuid.uuid4().hex,
+            "released_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        },
+        "releases": records,
+        "budget": budget.to_json(),
+    }
     if skipped:
         document["skipped_files"] = skipped
     return document
