@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
+from export_helpers import decoded_batches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -124,7 +125,7 @@ def _write(path: Path, fmt: str, ids: list[Any], typed: list[bool]) -> None:
 def _read(path: Path, fmt: str, batch_rows: int) -> list[pa.RecordBatch]:
     fn = _ReadFileFn(fmt, ["user"], batch_rows, "fail", identifiers=["user"])
     metadata = FileSystems.match([str(path)])[0].metadata_list[0]
-    return [batch for _, batch in fn.process(fileio.ReadableFile(metadata))]
+    return decoded_batches(fn, fileio.ReadableFile(metadata))
 
 
 @settings(max_examples=25, deadline=None)
