@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.pvalue import TaggedOutput
 
 
 def write_export(directory: Path, fmt: str, rows: list[dict[str, object]], shards: int = 2) -> str:
@@ -41,8 +39,3 @@ def write_export(directory: Path, fmt: str, rows: list[dict[str, object]], shard
         else:
             path.write_text("".join(json.dumps(r) + "\n" for r in part))
     return str(directory / f"export-*.{suffix}")
-
-
-def decoded_batches(fn: Any, element: Any) -> list[pa.RecordBatch]:
-    """The batches the reader's DoFn yields for one file (its other output left out)."""
-    return [item[1] for item in fn.process(element) if not isinstance(item, TaggedOutput)]

@@ -37,8 +37,9 @@ whose header, or an Avro file one of whose blocks, is over its size limit. Readi
 a failure can come after part of the file was delivered: **the records decoded before the
 failure are kept and the rest of the file is skipped**, in every format (a whole Parquet row
 group or run of CSV rows is the smallest part those decoders deliver; Avro and JSON lines
-deliver record by record). The names of the files skipped in whole or in part under
-``"skip"`` are a second output, :attr:`ReadExport.skipped_files` (each name once).
+deliver record by record). With ``report_skipped_files=True``, each file skipped in whole or
+in part under ``"skip"`` is also reported in the output, as a :class:`SkippedFile` next to the
+batches (one per file, or per Avro byte range of it).
 
 **Messages and telemetry.** Every error is built here from the file name, the position (a
 line, a row group), the field and the rule, and never chains a decoder's own message (which may
@@ -59,6 +60,7 @@ import io
 import logging
 import os
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -94,9 +96,23 @@ from beam_dp.io.decoding import (
     parquet_batches,
 )
 
-__all__ = ["FORMATS", "SKIPPED_FILES", "ReadExport", "avro_ranges", "detect_format"]
+__all__ = ["FORMATS", "ReadExport", "SkippedFile", "avro_ranges", "detect_format"]
 
-SKIPPED_FILES = "skipped_files"  # the Decode step's tagged output: names of skipped files
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file skipped in whole or in part as undecodable, with ``on_bad_record="skip"``.
+
+    :class:`ReadExport` emits one per skipped file (per skipped Avro byte range: the same file
+    may come more than once) when built with ``report_skipped_files=True``. A file's name is
+    public; whether it was skipped depends on its contents, as the log line naming it does.
+
+    Attributes:
+        path: the file's name, as matched.
+    """
+
+    path: str
+
 
 FORMATS = ("avro", "parquet", "csv", "jsonl")
 _SUFFIXES = {
@@ -175,9 +191,11 @@ class _ReadFileFn(beam.DoFn):
         on_bad_record: OnBadRecord,
         identifiers: Collection[str] = (),
         limits: ReadLimits | None = None,
+        report_skipped_files: bool = False,
     ):
         super().__init__()
         self._format = input_format
+        self._report_skipped = report_skipped_files
         self._limits = limits or ReadLimits()
         self._columns = list(columns)
         self._identifiers = frozenset(identifiers)
@@ -292,8 +310,8 @@ class _ReadFileFn(beam.DoFn):
         """Read a whole file, or (Avro) the blocks beginning in a ``(metadata, start, end)``
         byte range of one.
 
-        Yields ``(file name, RecordBatch)`` pairs, and the file's name on the
-        :data:`SKIPPED_FILES` output if (part of) it was skipped as undecodable.
+        Yields ``(file name, RecordBatch)`` pairs, and a :class:`SkippedFile` if (part of) the
+        file was skipped as undecodable and skipped files are reported.
         """
         start, end = 0, None
         if isinstance(element, tuple):
@@ -329,8 +347,8 @@ class _ReadFileFn(beam.DoFn):
             if state.reason is not None and not state.failed:  # a limit cut the file short
                 state.fail(state.where)
         self._report(path, state)
-        if state.failed:  # (with 'fail', _report raised)
-            yield beam.pvalue.TaggedOutput(SKIPPED_FILES, path)
+        if state.failed and self._report_skipped:  # (with 'fail', _report raised)
+            yield SkippedFile(path)
 
     def _report(self, path: str, state: _FileState) -> None:
         if state.failed and self._on_bad_record == "fail":
@@ -372,12 +390,23 @@ def avro_ranges(metadata: Any, split_bytes: int) -> Iterator[tuple[Any, int, int
 class ReadExport(beam.PTransform):
     """Read an export (a file pattern) as ``(file name, RecordBatch)`` pairs.
 
-    See the module docstring for the bad-record and undecodable-file rules. After the
-    transform is applied, :attr:`skipped_files` holds the names of the files skipped::
+    See the module docstring for the bad-record and undecodable-file rules. With
+    ``report_skipped_files=True`` the output also holds a :class:`SkippedFile` per skipped
+    file (per Avro range), which the caller separates from the batches::
 
-        reader = ReadExport("export-*.csv", columns=["user", "age"], on_bad_record="skip")
-        rows = pipeline | "ReadExport" >> reader
-        skipped = reader.skipped_files  # PCollection[str], each name once
+        read = pipeline | ReadExport(
+            "export-*.csv", columns=["user", "age"], on_bad_record="skip",
+            report_skipped_files=True,
+        )
+        rows = read | beam.Filter(lambda e: not isinstance(e, SkippedFile))
+        skipped = (
+            read
+            | beam.FlatMap(lambda e: [e.path] if isinstance(e, SkippedFile) else [])
+            | beam.Distinct()
+        )
+
+    (One output, not a tagged second one: Beam's Dask runner hands every output of a
+    multi-output step to every consumer.)
 
     Args:
         file_pattern: a glob over the export's files (local or any Beam filesystem).
@@ -397,6 +426,8 @@ class ReadExport(beam.PTransform):
             (:class:`~beam_dp.io.decoding.ReadLimits`; the defaults are the module constants
             ``CSV_MAX_HEADER_BYTES``, ``CSV_MAX_ROW_BYTES``, ``JSONL_MAX_LINE_BYTES`` and
             ``AVRO_MAX_BLOCK_BYTES``).
+        report_skipped_files: also emit a :class:`SkippedFile` for each file (each Avro range)
+            skipped as undecodable; by default the output is the batches only.
 
     **Privacy**: no record's value reaches an error, a log line or a metric; exact counts of
     skipped records and files are reported only behind
@@ -415,6 +446,7 @@ class ReadExport(beam.PTransform):
         unit_column: str | None = None,
         avro_split_bytes: int = _AVRO_SPLIT_BYTES,
         limits: ReadLimits | None = None,
+        report_skipped_files: bool = False,
     ):
         super().__init__()
         fmt = input_format if input_format is not None else detect_format(file_pattern)
@@ -441,7 +473,10 @@ class ReadExport(beam.PTransform):
         self._split_bytes = avro_split_bytes
         if limits is not None and not isinstance(limits, ReadLimits):
             raise ValueError(f"'limits' must be a ReadLimits or None; received {limits!r}")
-        self._skipped_files: PCollection | None = None
+        if not isinstance(report_skipped_files, bool):
+            raise ValueError(
+                f"'report_skipped_files' must be True or False; received {report_skipped_files!r}"
+            )
         # Beam's local filesystem matches absolute paths only; remote patterns have a scheme.
         if "://" not in file_pattern and not os.path.isabs(file_pattern):
             file_pattern = os.path.abspath(file_pattern)
@@ -461,19 +496,8 @@ class ReadExport(beam.PTransform):
             on_bad_record,
             identifiers=[unit_column] if unit_column else [],
             limits=limits,
+            report_skipped_files=report_skipped_files,
         )
-
-    @property
-    def skipped_files(self) -> PCollection:
-        """The names of the files skipped in whole or in part as undecodable (with
-        ``on_bad_record="skip"``), each once: a ``PCollection[str]``, set when the transform
-        is applied."""
-        if self._skipped_files is None:
-            raise ValueError(
-                "'skipped_files' exists once the transform is applied: "
-                "rows = pipeline | reader; then reader.skipped_files"
-            )
-        return self._skipped_files
 
     def expand(self, pbegin: PBegin) -> PCollection:
         files = pbegin | "MatchFiles" >> fileio.MatchFiles(
@@ -493,13 +517,8 @@ class ReadExport(beam.PTransform):
                 | "SpreadFiles" >> beam.Reshuffle()
                 | "ReadMatches" >> fileio.ReadMatches()
             )
-        decoded = inputs | "Decode" >> beam.ParDo(self._read_fn).with_outputs(
-            SKIPPED_FILES, main="batches"
-        )
-        # the ranges of one Avro file may each report it
-        self._skipped_files = decoded[SKIPPED_FILES] | "SkippedFiles" >> beam.Distinct()
-        batches: PCollection = decoded.batches
-        return batches
+        decoded: PCollection = inputs | "Decode" >> beam.ParDo(self._read_fn)
+        return decoded
 
     def display_data(self) -> dict[str, Any]:
         return {

@@ -18,7 +18,6 @@ import pyarrow as pa
 import pytest
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from export_helpers import decoded_batches
 
 from beam_dp.batching.hashing import canonical_hash64
 from beam_dp.io import avro as avro_io
@@ -151,7 +150,7 @@ def _metadata(path: Path) -> Any:
 def _read(path: Path, columns: list[str], element: Any = None, batch_rows: int = 64) -> pa.Table:
     fn = _ReadFileFn("avro", columns, batch_rows, "fail", identifiers=["user_id"])
     source = element if element is not None else fileio.ReadableFile(_metadata(path))
-    batches = decoded_batches(fn, source)
+    batches = [batch for _, batch in fn.process(source)]
     if not batches:
         return pa.table({c: pa.array([]) for c in columns})
     return pa.Table.from_batches(batches)
@@ -260,7 +259,7 @@ def test_a_corrupt_block_keeps_the_records_before_it(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) - 40])  # cut inside the last block(s)
 
     fn = _ReadFileFn("avro", ["user_id", "amount"], 64, "skip")
-    got = decoded_batches(fn, fileio.ReadableFile(_metadata(path)))
+    got = [batch for _, batch in fn.process(fileio.ReadableFile(_metadata(path)))]
     amounts = [v for batch in got for v in batch.column("amount").to_pylist()]
     assert 0 < len(amounts) < len(rows)
     assert amounts == [r["amount"] for r in rows[: len(amounts)]]

@@ -20,7 +20,6 @@ import pytest
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
-from export_helpers import decoded_batches
 
 from beam_dp import telemetry
 from beam_dp.errors import BadRecordError
@@ -194,7 +193,7 @@ def _read_file(
     fmt = path.suffix[1:]
     fn = _ReadFileFn(fmt, columns, batch_rows, on_bad_record)  # type: ignore[arg-type]
     metadata = FileSystems.match([str(path)])[0].metadata_list[0]
-    return decoded_batches(fn, fileio.ReadableFile(metadata))
+    return [batch for _, batch in fn.process(fileio.ReadableFile(metadata))]
 
 
 def _chain_text(error: BaseException) -> str:

@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from export_helpers import decoded_batches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,7 +124,7 @@ def _write(path: Path, fmt: str, ids: list[Any], typed: list[bool]) -> None:
 def _read(path: Path, fmt: str, batch_rows: int) -> list[pa.RecordBatch]:
     fn = _ReadFileFn(fmt, ["user"], batch_rows, "fail", identifiers=["user"])
     metadata = FileSystems.match([str(path)])[0].metadata_list[0]
-    return decoded_batches(fn, fileio.ReadableFile(metadata))
+    return [batch for _, batch in fn.process(fileio.ReadableFile(metadata))]
 
 
 @settings(max_examples=25, deadline=None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,9 @@ import pyarrow as pa
 import pytest
 from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.pvalue import TaggedOutput
 
 from beam_dp.errors import BadRecordError
-from beam_dp.io import ReadExport, decoding, readers
+from beam_dp.io import ReadExport, SkippedFile, decoding, readers
 from beam_dp.io.avro import _encode_long
 from beam_dp.io.decoding import ReadLimits
 from beam_dp.io.readers import _ReadFileFn
@@ -38,12 +38,19 @@ def _read(
     limits: ReadLimits | None = None,
 ) -> tuple[pa.Table | None, list[str]]:
     """One file through the reader's DoFn: (its records, the names it reports as skipped)."""
-    fn = _ReadFileFn(path.suffix[1:], columns, 4096, on_bad_record, limits=limits)  # type: ignore[arg-type]
+    fn = _ReadFileFn(
+        path.suffix[1:],
+        columns,
+        4096,
+        on_bad_record,  # type: ignore[arg-type]
+        limits=limits,
+        report_skipped_files=True,
+    )
     metadata = FileSystems.match([str(path)])[0].metadata_list[0]
     batches, skipped = [], []
     for item in fn.process(fileio.ReadableFile(metadata)):
-        if isinstance(item, TaggedOutput):
-            skipped.append(item.value)
+        if isinstance(item, SkippedFile):
+            skipped.append(item.path)
         else:
             batches.append(item[1])
     return (pa.Table.from_batches(batches) if batches else None), skipped
@@ -55,7 +62,8 @@ def _column(table: pa.Table | None, name: str) -> list[Any]:
 
 def _assert_safe(error: BaseException) -> None:
     """One line, no value, no decoder's exception chained."""
-    assert SECRET not in str(error)
+    for text in (str(error), repr(error), *map(str, error.args)):
+        assert SECRET not in text
     assert "\n" not in str(error)
     assert error.__cause__ is None and error.__context__ is None
 
@@ -234,3 +242,52 @@ def test_a_bad_limit_is_refused_naming_it(field: str, value: Any) -> None:
 def test_read_export_refuses_limits_of_another_type() -> None:
     with pytest.raises(ValueError, match="'limits' must be a ReadLimits or None"):
         ReadExport("x.csv", columns=["a"], limits={"csv_row_bytes": 10})  # type: ignore[arg-type]
+
+
+# --- no value in any message or log line ----------------------------------------------------
+
+
+def _over_limit_files(directory: Path) -> list[tuple[Path, ReadLimits]]:
+    """A file in each format with a record (or header, or block) over a small limit, holding
+    the secret, between good records."""
+    csv_row = directory / "row.csv"
+    csv_row.write_text(f"user,price\nu1,1\n{SECRET}{'x' * 200},2\nu3,3\n")
+    csv_header = directory / "header.csv"
+    csv_header.write_text(f"user,price,{SECRET}{'y' * 200}\nu1,1,z\n")
+    jsonl = directory / "line.jsonl"
+    jsonl.write_text(
+        '{"user": "u1", "price": 1}\n'
+        + json.dumps({"user": SECRET + "x" * 200, "price": 2})
+        + '\n{"user": "u3", "price": 3}\n'
+    )
+    avro = directory / "block.avro"
+    buffer = io.BytesIO()
+    records = [{"user": SECRET, "price": float(i)} for i in range(50)]
+    fastavro.writer(buffer, _SCHEMA, records, sync_interval=10_000)
+    avro.write_bytes(buffer.getvalue())
+    small = ReadLimits(csv_header_bytes=100, csv_row_bytes=100, jsonl_line_bytes=100)
+    return [
+        (csv_row, small),
+        (csv_header, small),
+        (jsonl, small),
+        (avro, ReadLimits(avro_block_bytes=100)),
+    ]
+
+
+def test_no_value_reaches_a_message_or_a_log_line_at_any_limit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from beam_dp import telemetry
+
+    for path, limits in _over_limit_files(tmp_path):
+        with pytest.raises(BadRecordError) as info:
+            _read(path, ["user", "price"], "fail", limits)
+        assert "limit of 100 bytes" in str(info.value)
+        _assert_safe(info.value)
+        telemetry.enable_exact_counts()
+        try:
+            with caplog.at_level(logging.DEBUG):
+                _read(path, ["user", "price"], "skip", limits)
+        finally:
+            telemetry.disable_exact_counts()
+        assert SECRET not in caplog.text

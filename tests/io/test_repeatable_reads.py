@@ -25,7 +25,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.io.filesystems import FileSystems
-from export_helpers import decoded_batches
 
 from beam_dp.io import decoding
 from beam_dp.io.readers import _ReadFileFn, avro_ranges
@@ -145,7 +144,7 @@ class _Readable:
 def _records(fmt: str, element: Any) -> pa.Table:
     """The records the reader's DoFn gives for one file (or Avro range), in order."""
     fn = _ReadFileFn(fmt, COLUMNS, 4096, "fail")
-    batches = decoded_batches(fn, element)
+    batches = [batch for _, batch in fn.process(element)]
     return pa.Table.from_batches(batches, schema=_SCHEMA)
 
 
