@@ -11,7 +11,25 @@ from the file name, the position (a line, a row group), the field and the rule o
 
 **Partial files.** A decoder that fails part-way has already yielded the batches decoded before
 the failure; those are kept and the rest of the file is skipped (a whole Parquet row group or
-CSV block is the smallest part those decoders deliver; JSON lines deliver record by record).
+run of CSV rows is the smallest part those decoders deliver; JSON lines deliver record by
+record).
+
+**One pass, one handle.** CSV and JSON lines are read in one sequential pass over the file's
+handle, cut into whole rows or lines by :mod:`beam_dp.io.framing`; each run of CSV rows is
+parsed by pyarrow from memory, so no decoder reads the handle itself (pyarrow's streaming CSV
+reader reads ahead on a background thread: two of them on one handle gave different records
+from run to run).
+
+**Size limits** (:class:`ReadLimits`, defaults below). A CSV row or a JSON line over its limit
+is one bad record (dropped and counted with ``on_bad_record='skip'``; the records after it are
+read as usual); a CSV header or an Avro block over its limit makes the file undecodable from
+there (a header is no record; a block holds many). Errors name the limit and how to raise it.
+
+* ``CSV_MAX_HEADER_BYTES`` (16 MiB): a CSV header row (with any empty lines before it);
+* ``CSV_MAX_ROW_BYTES`` (64 MiB): one CSV row, including its line break;
+* ``JSONL_MAX_LINE_BYTES`` (64 MiB): one JSON line, including its line break;
+* ``AVRO_MAX_BLOCK_BYTES`` (256 MiB): one Avro block (also any one field of the Avro header).
+
 **Identity across batches.** Row formats (Avro, JSON lines) build Arrow columns from Python
 values by a fixed rule, not by Arrow's inference over the batch: a column of ints only is
 int64, floats only float64, strings only text; any other mix (an id given as ``42`` in one
@@ -32,6 +50,7 @@ import decimal
 import json
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -40,11 +59,79 @@ import pyarrow.csv as pa_csv
 from beam_dp.batching.columns import OnBadRecord
 from beam_dp.batching.hashing import canonical_id_text
 from beam_dp.errors import BadRecordError
+from beam_dp.io.framing import OVERSIZE, csv_header, csv_row_runs, jsonl_lines
 
-__all__ = ["csv_batches", "jsonl_rows", "parquet_batches"]
+__all__ = [
+    "AVRO_MAX_BLOCK_BYTES",
+    "CSV_MAX_HEADER_BYTES",
+    "CSV_MAX_ROW_BYTES",
+    "JSONL_MAX_LINE_BYTES",
+    "ReadLimits",
+    "csv_batches",
+    "jsonl_rows",
+    "parquet_batches",
+]
 
-_CSV_HEADER_BLOCK = 1 << 16
-_CSV_BLOCK = 1 << 22
+CSV_MAX_HEADER_BYTES = 16 << 20
+CSV_MAX_ROW_BYTES = 64 << 20
+JSONL_MAX_LINE_BYTES = 64 << 20
+AVRO_MAX_BLOCK_BYTES = 256 << 20
+_MAX_LIMIT = 1 << 30  # pyarrow parses a run of CSV rows as one block, whose size is an int32
+_CSV_READ_BYTES = 4 << 20  # how much of a CSV file is read (and parsed) at a time
+_JSONL_READ_BYTES = 1 << 20
+
+
+# --- size limits --------------------------------------------------------------------------
+
+
+def _size_text(size: int) -> str:
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """The largest header, row, line and block the readers accept (see the module docstring).
+
+    Attributes:
+        csv_header_bytes: a CSV header row; over it the file cannot be read.
+        csv_row_bytes: one CSV row (with its line break); over it the row is a bad record.
+        jsonl_line_bytes: one JSON line (with its line break); over it the line is a bad
+            record.
+        avro_block_bytes: one Avro block, or one field of the Avro header; over it the file is
+            undecodable from there.
+
+    Each is a whole number of bytes between 1 and 1 GiB. A reader holds about one row, line or
+    block of this size in memory at a time (plus its parsed form).
+    """
+
+    csv_header_bytes: int = CSV_MAX_HEADER_BYTES
+    csv_row_bytes: int = CSV_MAX_ROW_BYTES
+    jsonl_line_bytes: int = JSONL_MAX_LINE_BYTES
+    avro_block_bytes: int = AVRO_MAX_BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("csv_header_bytes", "csv_row_bytes", "jsonl_line_bytes", "avro_block_bytes"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 1 <= value <= _MAX_LIMIT
+            ):
+                raise ValueError(
+                    f"'{name}' must be an integer number of bytes between 1 and 1 GiB; "
+                    f"received {value!r}"
+                )
+
+
+def _limit_text(kind: str, size: int, constant: str, field: str) -> str:
+    """``"longer than the CSV row limit of 64 MiB (CSV_MAX_ROW_BYTES; raise it with ...)"``."""
+    return (
+        f"longer than the {kind} limit of {_size_text(size)} ({constant}; raise it with "
+        f"ReadExport(limits=ReadLimits({field}=...)))"
+    )
 
 
 # --- calling decoders without ever keeping their exceptions -------------------------------
@@ -92,25 +179,45 @@ def _check_columns(path: str, present: Sequence[str], needed: Sequence[str]) -> 
             raise _missing_field_error(path, column)
 
 
-def _undecodable_error(path: str, fmt: str, where: str | None) -> BadRecordError:
+def _undecodable_error(
+    path: str, fmt: str, where: str | None, reason: str | None = None
+) -> BadRecordError:
     position = f" at {where}" if where else ""
+    because = f": {reason}" if reason else ""
     return BadRecordError(
-        f"{path}: could not be decoded as {fmt}{position} (rule: every input file must be a "
-        f"valid {fmt} file; use on_bad_record='skip' to skip such files)"
+        f"{path}: could not be decoded as {fmt}{position}{because} (rule: every input file must "
+        f"be a valid {fmt} file; use on_bad_record='skip' to skip such files)"
+    )
+
+
+def _oversize_record_error(path: str, where: str, limit_text: str) -> BadRecordError:
+    return BadRecordError(
+        f"{path}: {where} is {limit_text} (rule: every record must fit the reader's limits; use "
+        "on_bad_record='skip' to drop such records)"
     )
 
 
 class _FileState:
-    """What went wrong while reading one file: public positions and counts, never data."""
+    """What went wrong while reading one file: public positions, limits and counts, never data.
+
+    Attributes:
+        failed: the file (or the rest of it) could not be decoded.
+        where: the position of that failure, if known (``"line 12"``, ``"row group 3"``).
+        reason: why, if it is a public rule (a size limit), for the error message.
+        records_skipped: bad records skipped in this file (an exact count: not private).
+    """
 
     def __init__(self) -> None:
         self.failed = False
         self.where: str | None = None
+        self.reason: str | None = None
         self.records_skipped = 0
 
-    def fail(self, where: str | None = None) -> None:
+    def fail(self, where: str | None = None, reason: str | None = None) -> None:
         self.failed = True
         self.where = where
+        if reason is not None:
+            self.reason = reason
 
 
 # --- row formats to Arrow batches ---------------------------------------------------------
@@ -214,11 +321,15 @@ class _CsvRowHandler:
     """pyarrow's ``invalid_row_handler``: skips (and counts) or stops at a ragged row.
 
     It never looks at the row's text and never raises (pyarrow would print the exception).
+    ``offset`` is the number of rows before the run being parsed (the header is row 1; empty
+    lines are no rows), so that a row's number in the file is ``offset`` plus its number in
+    the run.
     """
 
     def __init__(self, skip: bool):
         self.skip = skip
         self.skipped = 0
+        self.offset = 1
         self.error_line: int | None = None
         self.errored = False
 
@@ -228,12 +339,8 @@ class _CsvRowHandler:
             return "skip"
         self.errored = True
         number = getattr(row, "number", None)
-        self.error_line = number if isinstance(number, int) and number > 0 else None
+        self.error_line = self.offset + number if isinstance(number, int) and number > 0 else None
         return "error"
-
-
-def _skip_all_rows(row: Any) -> str:
-    return "skip"
 
 
 # --- one bad record: fail, or skip and count ----------------------------------------------
@@ -277,37 +384,85 @@ def parquet_batches(
             yield batch
 
 
-def csv_batches(
-    path: str, handle: Any, state: _FileState, columns: list[str], on_bad_record: OnBadRecord
-) -> Iterator[pa.RecordBatch]:
-    """A CSV file's ``columns`` as text (numbers are parsed entry by entry later)."""
-    text_columns = pa_csv.ConvertOptions(column_types={c: pa.string() for c in columns})
-    header = _call(
-        pa_csv.open_csv,
-        handle,
-        read_options=pa_csv.ReadOptions(block_size=_CSV_HEADER_BLOCK, use_threads=False),
-        parse_options=pa_csv.ParseOptions(invalid_row_handler=_skip_all_rows),
-        convert_options=text_columns,
+def _csv_names(header: bytes) -> list[str]:
+    """The field names of a CSV header row (parsed alone, from memory)."""
+    table = pa_csv.read_csv(
+        pa.BufferReader(header),
+        read_options=pa_csv.ReadOptions(use_threads=False, block_size=len(header) + 1),
+        parse_options=pa_csv.ParseOptions(newlines_in_values=True),
     )
-    if header is _FAILED or _call(handle.seek, 0) is _FAILED:
-        state.fail()
-        return
-    _check_columns(path, header.schema.names, columns)
-    rows = _CsvRowHandler(skip=on_bad_record == "skip")
-    reader = _call(
-        pa_csv.open_csv,
-        handle,
-        # one thread: pyarrow then knows each ragged row's line number
-        read_options=pa_csv.ReadOptions(block_size=_CSV_BLOCK, use_threads=False),
-        parse_options=pa_csv.ParseOptions(invalid_row_handler=rows),
+    return list(table.schema.names)
+
+
+def _csv_run(run: bytes, names: list[str], columns: list[str], rows: _CsvRowHandler) -> pa.Table:
+    """The ``columns`` of a run of whole CSV rows (no header), as text, parsed from memory."""
+    return pa_csv.read_csv(
+        pa.BufferReader(run),
+        # one block, one thread: the run holds whole rows, and pyarrow then knows each ragged
+        # row's number
+        read_options=pa_csv.ReadOptions(
+            column_names=names, use_threads=False, block_size=len(run) + 1
+        ),
+        parse_options=pa_csv.ParseOptions(newlines_in_values=True, invalid_row_handler=rows),
         convert_options=pa_csv.ConvertOptions(
             include_columns=columns,
             column_types={c: pa.string() for c in columns},
         ),
     )
+
+
+def csv_batches(
+    path: str,
+    handle: Any,
+    state: _FileState,
+    columns: list[str],
+    on_bad_record: OnBadRecord,
+    limits: ReadLimits | None = None,
+    read_bytes: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """A CSV file's ``columns`` as text (numbers are parsed entry by entry later).
+
+    The file is read once, in order, ``read_bytes`` at a time, and cut into runs of whole rows
+    (:func:`beam_dp.io.framing.csv_row_runs`) that pyarrow parses from memory.
+    """
+    limits = limits or ReadLimits()
+    block = min(read_bytes or _CSV_READ_BYTES, limits.csv_row_bytes)
+    header = _call(csv_header, handle.read, block, limits.csv_header_bytes)
+    if header is _FAILED or header.row is None:
+        if header is not _FAILED and header.over_limit:
+            state.reason = "its header is " + _limit_text(
+                "CSV header", limits.csv_header_bytes, "CSV_MAX_HEADER_BYTES", "csv_header_bytes"
+            )
+        state.fail()
+        return
+    names = _call(_csv_names, header.row)
+    if names is _FAILED:
+        state.fail()
+        return
+    _check_columns(path, names, columns)
+    rows = _CsvRowHandler(skip=on_bad_record == "skip")
+    runs = csv_row_runs(handle.read, block, limits.csv_row_bytes, header.rest)
     while True:
-        batch = _FAILED if reader is _FAILED else _next(reader)
-        state.records_skipped = rows.skipped
+        run = _next(runs)
+        if run is _FAILED:  # reading the file failed
+            state.fail()
+            return
+        if run is _END:
+            return
+        if run is OVERSIZE:
+            rows.offset += 1
+            too_long = _limit_text(
+                "CSV row", limits.csv_row_bytes, "CSV_MAX_ROW_BYTES", "csv_row_bytes"
+            )
+            _bad_record(
+                _oversize_record_error(path, f"line {rows.offset}", too_long),
+                state,
+                on_bad_record,
+            )
+            continue
+        skipped = rows.skipped
+        table = _call(_csv_run, run, names, columns, rows)
+        state.records_skipped += rows.skipped - skipped
         if rows.errored:
             where = f"line {rows.error_line}" if rows.error_line else "a row"
             raise BadRecordError(
@@ -315,28 +470,45 @@ def csv_batches(
                 "CSV row has the header's fields; use on_bad_record='skip' to drop such "
                 "records)"
             )
-        if batch is _FAILED:
+        if table is _FAILED:
             state.fail()
             return
-        if batch is _END:
-            return
-        yield batch
+        rows.offset += table.num_rows + rows.skipped - skipped
+        yield from table.to_batches()
 
 
 def jsonl_rows(
-    path: str, handle: Any, state: _FileState, columns: list[str], on_bad_record: OnBadRecord
+    path: str,
+    handle: Any,
+    state: _FileState,
+    columns: list[str],
+    on_bad_record: OnBadRecord,
+    limits: ReadLimits | None = None,
+    read_bytes: int | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file that have every one of ``columns``."""
-    readline = handle.readline
+    """The JSON objects of a JSON-lines file that have every one of ``columns``.
+
+    The file is read once, in order, ``read_bytes`` at a time, and cut into lines by
+    :func:`beam_dp.io.framing.jsonl_lines`.
+    """
+    limits = limits or ReadLimits()
+    limit = limits.jsonl_line_bytes
+    lines = jsonl_lines(handle.read, min(read_bytes or _JSONL_READ_BYTES, limit), limit)
     number = 0
     while True:
-        raw = _call(readline)
+        raw = _next(lines)
         number += 1
         if raw is _FAILED:
             state.fail(f"line {number}")
             return
-        if not raw:
+        if raw is _END:
             return
+        if raw is OVERSIZE:
+            too_long = _limit_text("JSON line", limit, "JSONL_MAX_LINE_BYTES", "jsonl_line_bytes")
+            _bad_record(
+                _oversize_record_error(path, f"line {number}", too_long), state, on_bad_record
+            )
+            continue
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:

@@ -7,9 +7,13 @@ workers:
 * **parquet**: pyarrow's ``ParquetFile`` over the Beam filesystem, row group by row group,
   only the needed columns (the others are never decoded);
 * **avro**: fastavro, records gathered into batches of ``batch_rows``;
-* **csv**: pyarrow's streaming CSV reader; every needed column is read as text and numbers are
-  parsed entry by entry later, so one bad entry is one bad record;
+* **csv**: read in one pass, cut into runs of whole rows (quote-aware) and parsed by pyarrow
+  from memory; every needed column is read as text and numbers are parsed entry by entry
+  later, so one bad entry is one bad record;
 * **jsonl**: one JSON object per line, gathered into batches of ``batch_rows``.
+
+Each file (each Avro byte range) is read through its own handle, in order, by one decoder: the
+same file gives the same records on every run, whatever its size.
 
 The file name travels with each batch so that a bad-input error can name the file, the field
 and the rule (never a value). A pattern that matches no file is an error; files with no records
@@ -18,7 +22,8 @@ either ``on_bad_record`` (most often a misspelt field name: it must not turn int
 input).
 
 **Bad records.** A record that cannot be read (a CSV row with more or fewer entries than the
-header, a JSON line that does not parse, is not an object or lacks a needed field) is dropped
+header, a JSON line that does not parse, is not an object or lacks a needed field, a CSV row
+or JSON line over its size limit, :class:`~beam_dp.io.decoding.ReadLimits`) is dropped
 with ``on_bad_record="skip"``, and every good record of its file is kept; with ``"fail"`` it
 ends the job with a :class:`~beam_dp.errors.BadRecordError` naming the file, the line and the
 rule. Rules on values (a null id, a value that is not a finite number) are the encoder's
@@ -27,11 +32,14 @@ rule. Rules on values (a null id, a value that is not a finite number) are the e
 
 **Undecodable files.** A file that cannot be decoded (not the format it claims, truncated
 Avro, a corrupt Parquet page, text that is not UTF-8 in CSV or JSON lines) is skipped with
-``"skip"`` and ends the job with ``"fail"``, the same way in every format. Reading streams, so
+``"skip"`` and ends the job with ``"fail"``, the same way in every format; so is a CSV file
+whose header, or an Avro file one of whose blocks, is over its size limit. Reading streams, so
 a failure can come after part of the file was delivered: **the records decoded before the
 failure are kept and the rest of the file is skipped**, in every format (a whole Parquet row
-group or CSV block is the smallest part those decoders deliver; Avro and JSON lines deliver
-record by record).
+group or run of CSV rows is the smallest part those decoders deliver; Avro and JSON lines
+deliver record by record). With ``report_skipped_files=True``, each file skipped in whole or
+in part under ``"skip"`` is also reported in the output, as a :class:`SkippedFile` next to the
+batches (one per file, or per Avro byte range of it).
 
 **Messages and telemetry.** Every error is built here from the file name, the position (a
 line, a row group), the field and the rule, and never chains a decoder's own message (which may
@@ -52,6 +60,7 @@ import io
 import logging
 import os
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -74,10 +83,12 @@ from beam_dp.io.avro import (
 from beam_dp.io.decoding import (
     _END,
     _FAILED,
+    ReadLimits,
     _call,
     _check_columns,
     _chunked_rows,
     _FileState,
+    _limit_text,
     _next,
     _undecodable_error,
     csv_batches,
@@ -85,7 +96,23 @@ from beam_dp.io.decoding import (
     parquet_batches,
 )
 
-__all__ = ["FORMATS", "ReadExport", "avro_ranges", "detect_format"]
+__all__ = ["FORMATS", "ReadExport", "SkippedFile", "avro_ranges", "detect_format"]
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file skipped in whole or in part as undecodable, with ``on_bad_record="skip"``.
+
+    :class:`ReadExport` emits one per skipped file (per skipped Avro byte range: the same file
+    may come more than once) when built with ``report_skipped_files=True``. A file's name is
+    public; whether it was skipped depends on its contents, as the log line naming it does.
+
+    Attributes:
+        path: the file's name, as matched.
+    """
+
+    path: str
+
 
 FORMATS = ("avro", "parquet", "csv", "jsonl")
 _SUFFIXES = {
@@ -125,6 +152,36 @@ def detect_format(file_pattern: str) -> str:
 # --- the reading DoFn ---------------------------------------------------------------------
 
 
+class _CappedReads:
+    """A binary handle on which a read of more than ``limit`` bytes finds the end of the file.
+
+    For the Avro readers: an Avro block's (or a header field's) size comes from the file
+    itself, and a corrupt size must not make the reader allocate it (a MemoryError would end
+    the job even with ``skip``). The decoder sees a cut file, and ``state`` records the limit
+    as the reason (the reader then reports the file as undecodable, naming the limit).
+    """
+
+    def __init__(self, handle: Any, limit: int, state: _FileState) -> None:
+        self._handle = handle
+        self._limit = limit
+        self._state = state
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is not None and size > self._limit:
+            self._state.reason = "a block is " + _limit_text(
+                "Avro block", self._limit, "AVRO_MAX_BLOCK_BYTES", "avro_block_bytes"
+            )
+            return b""
+        data: bytes = self._handle.read(size)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return int(self._handle.seek(offset, whence))
+
+    def tell(self) -> int:
+        return int(self._handle.tell())
+
+
 class _ReadFileFn(beam.DoFn):
     def __init__(
         self,
@@ -133,9 +190,13 @@ class _ReadFileFn(beam.DoFn):
         batch_rows: int,
         on_bad_record: OnBadRecord,
         identifiers: Collection[str] = (),
+        limits: ReadLimits | None = None,
+        report_skipped_files: bool = False,
     ):
         super().__init__()
         self._format = input_format
+        self._report_skipped = report_skipped_files
+        self._limits = limits or ReadLimits()
         self._columns = list(columns)
         self._identifiers = frozenset(identifiers)
         self._batch_rows = batch_rows
@@ -149,11 +210,13 @@ class _ReadFileFn(beam.DoFn):
         if self._format == "parquet":
             yield from parquet_batches(path, handle, state, self._columns, self._batch_rows)
         elif self._format == "csv":
-            yield from csv_batches(path, handle, state, self._columns, self._on_bad_record)
+            yield from csv_batches(
+                path, handle, state, self._columns, self._on_bad_record, self._limits
+            )
         elif self._format == "avro":
             yield from self._avro(path, handle, state)
         elif self._format == "jsonl":
-            rows = jsonl_rows(path, handle, state, self._columns, self._on_bad_record)
+            rows = jsonl_rows(path, handle, state, self._columns, self._on_bad_record, self._limits)
             yield from _chunked_rows(rows, *self._chunking)
         else:  # pragma: no cover - validated at construction
             raise ValueError(self._format)
@@ -169,8 +232,10 @@ class _ReadFileFn(beam.DoFn):
 
         A file the native reader cannot decode (its codec, a map or a union other than
         ``[null, T]`` anywhere in its schema) is read whole with fastavro by the range that
-        starts the file, with one log line naming the file (never a value).
+        starts the file, with one log line naming the file (never a value). Every read of the
+        handle is capped at the block limit (:class:`_CappedReads`).
         """
+        handle = _CappedReads(handle, self._limits.avro_block_bytes, state)
         header = _call(read_header, handle)
         if header is _FAILED or header is None:
             if start == 0:
@@ -241,11 +306,13 @@ class _ReadFileFn(beam.DoFn):
                 return
             yield record
 
-    def process(
-        self, element: fileio.ReadableFile | tuple[Any, int, int]
-    ) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def process(self, element: fileio.ReadableFile | tuple[Any, int, int]) -> Iterator[Any]:
         """Read a whole file, or (Avro) the blocks beginning in a ``(metadata, start, end)``
-        byte range of one."""
+        byte range of one.
+
+        Yields ``(file name, RecordBatch)`` pairs, and a :class:`SkippedFile` if (part of) the
+        file was skipped as undecodable and skipped files are reported.
+        """
         start, end = 0, None
         if isinstance(element, tuple):
             metadata, start, end = element
@@ -277,11 +344,15 @@ class _ReadFileFn(beam.DoFn):
                 _call(handle.close)
             if unexpected:  # raised below, outside the handler: no decoder message as context
                 state.fail(state.where)
+            if state.reason is not None and not state.failed:  # a limit cut the file short
+                state.fail(state.where)
         self._report(path, state)
+        if state.failed and self._report_skipped:  # (with 'fail', _report raised)
+            yield SkippedFile(path)
 
     def _report(self, path: str, state: _FileState) -> None:
         if state.failed and self._on_bad_record == "fail":
-            raise _undecodable_error(path, self._format, state.where)
+            raise _undecodable_error(path, self._format, state.where, state.reason)
         if state.failed:
             _LOG.warning(
                 "skipped the rest of an undecodable %s file (%s); records decoded before the "
@@ -319,7 +390,23 @@ def avro_ranges(metadata: Any, split_bytes: int) -> Iterator[tuple[Any, int, int
 class ReadExport(beam.PTransform):
     """Read an export (a file pattern) as ``(file name, RecordBatch)`` pairs.
 
-    See the module docstring for the bad-record and undecodable-file rules.
+    See the module docstring for the bad-record and undecodable-file rules. With
+    ``report_skipped_files=True`` the output also holds a :class:`SkippedFile` per skipped
+    file (per Avro range), which the caller separates from the batches::
+
+        read = pipeline | ReadExport(
+            "export-*.csv", columns=["user", "age"], on_bad_record="skip",
+            report_skipped_files=True,
+        )
+        rows = read | beam.Filter(lambda e: not isinstance(e, SkippedFile))
+        skipped = (
+            read
+            | beam.FlatMap(lambda e: [e.path] if isinstance(e, SkippedFile) else [])
+            | beam.Distinct()
+        )
+
+    (One output, not a tagged second one: Beam's Dask runner hands every output of a
+    multi-output step to every consumer.)
 
     Args:
         file_pattern: a glob over the export's files (local or any Beam filesystem).
@@ -335,10 +422,17 @@ class ReadExport(beam.PTransform):
             Avro or JSON-lines batch that mixes types, its values become their canonical
             identity and a value that is no identifier (``42.5``, ``true``) becomes null, a bad
             record, as it is in a typed column; other fields keep numbers parsable.
+        limits: the largest CSV header, CSV row, JSON line and Avro block read
+            (:class:`~beam_dp.io.decoding.ReadLimits`; the defaults are the module constants
+            ``CSV_MAX_HEADER_BYTES``, ``CSV_MAX_ROW_BYTES``, ``JSONL_MAX_LINE_BYTES`` and
+            ``AVRO_MAX_BLOCK_BYTES``).
+        report_skipped_files: also emit a :class:`SkippedFile` for each file (each Avro range)
+            skipped as undecodable; by default the output is the batches only.
 
     **Privacy**: no record's value reaches an error, a log line or a metric; exact counts of
     skipped records and files are reported only behind
-    :func:`beam_dp.telemetry.enable_exact_counts` (read when the transform is built).
+    :func:`beam_dp.telemetry.enable_exact_counts` (read when the transform is built). The
+    names of skipped files are public (file names are), as in the log line that names each.
     """
 
     def __init__(
@@ -351,6 +445,8 @@ class ReadExport(beam.PTransform):
         on_bad_record: OnBadRecord = "fail",
         unit_column: str | None = None,
         avro_split_bytes: int = _AVRO_SPLIT_BYTES,
+        limits: ReadLimits | None = None,
+        report_skipped_files: bool = False,
     ):
         super().__init__()
         fmt = input_format if input_format is not None else detect_format(file_pattern)
@@ -375,6 +471,12 @@ class ReadExport(beam.PTransform):
                 f"'avro_split_bytes' must be an integer >= 1; received {avro_split_bytes!r}"
             )
         self._split_bytes = avro_split_bytes
+        if limits is not None and not isinstance(limits, ReadLimits):
+            raise ValueError(f"'limits' must be a ReadLimits or None; received {limits!r}")
+        if not isinstance(report_skipped_files, bool):
+            raise ValueError(
+                f"'report_skipped_files' must be True or False; received {report_skipped_files!r}"
+            )
         # Beam's local filesystem matches absolute paths only; remote patterns have a scheme.
         if "://" not in file_pattern and not os.path.isabs(file_pattern):
             file_pattern = os.path.abspath(file_pattern)
@@ -393,6 +495,8 @@ class ReadExport(beam.PTransform):
             batch_rows,
             on_bad_record,
             identifiers=[unit_column] if unit_column else [],
+            limits=limits,
+            report_skipped_files=report_skipped_files,
         )
 
     def expand(self, pbegin: PBegin) -> PCollection:
@@ -400,20 +504,21 @@ class ReadExport(beam.PTransform):
             self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
         )
         if self._format == "avro":
-            return (
+            inputs = (
                 files
                 | "SplitAvro" >> beam.FlatMap(avro_ranges, self._split_bytes)
                 # spread the ranges over workers (matching runs on one)
                 | "SpreadFiles" >> beam.Reshuffle()
-                | "Decode" >> beam.ParDo(self._read_fn)
             )
-        return (
-            files
-            # spread the files over workers (matching runs on one)
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadMatches" >> fileio.ReadMatches()
-            | "Decode" >> beam.ParDo(self._read_fn)
-        )
+        else:
+            inputs = (
+                files
+                # spread the files over workers (matching runs on one)
+                | "SpreadFiles" >> beam.Reshuffle()
+                | "ReadMatches" >> fileio.ReadMatches()
+            )
+        decoded: PCollection = inputs | "Decode" >> beam.ParDo(self._read_fn)
+        return decoded
 
     def display_data(self) -> dict[str, Any]:
         return {
