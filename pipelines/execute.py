@@ -48,9 +48,9 @@ import secrets
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import apache_beam as beam
@@ -72,6 +72,8 @@ __all__ = [
     "COMMIT",
     "JOB_STAGES",
     "READ_EXPORT",
+    "RECORDS",
+    "SKIPPED_FILES",
     "PlannedRelease",
     "ReleaseCheckError",
     "TempLocationError",
@@ -83,7 +85,9 @@ __all__ = [
 ]
 
 READ_EXPORT, ALL_RELEASES, COLLECT, COMMIT = "ReadExport", "AllReleases", "Collect", "Commit"
-JOB_STAGES = (READ_EXPORT, ALL_RELEASES, COLLECT, COMMIT)  # a statistic may not take these names
+RECORDS, SKIPPED_FILES = "Records", "SkippedFiles"
+# a statistic may not take these names
+JOB_STAGES = (READ_EXPORT, RECORDS, SKIPPED_FILES, ALL_RELEASES, COLLECT, COMMIT)
 
 _RELEASES_FILE = "releases.json"
 _TOKEN_FILE = "driver.token"

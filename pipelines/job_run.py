@@ -26,13 +26,15 @@ from apache_beam.pvalue import PCollection
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.errors import BadRecordError
-from beam_dp.io import ReadExport
+from beam_dp.io import ReadExport, SkippedFile
 from beam_dp.io.schema import ColumnResolution, column_resolution, combine_resolutions
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
 from pipelines.execute import (
     JOB_STAGES,
     READ_EXPORT,
+    RECORDS,
+    SKIPPED_FILES,
     PlannedRelease,
     check_temp_location,
     run_releases,
@@ -276,6 +278,7 @@ def run_statistics(
         input_format=input_format,
         on_bad_record=on_bad_record,  # type: ignore[arg-type]
         unit_column=privacy_unit,
+        report_skipped_files=on_bad_record == "skip",
     )
     files, size = match_input_files(input_pattern)
     LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
@@ -287,8 +290,16 @@ def run_statistics(
     ]
 
     def build(pipeline: beam.Pipeline) -> tuple[list[PCollection], PCollection | None]:
-        rows = pipeline | READ_EXPORT >> reader
-        return [rows | spec.name >> transform for spec, transform in transforms], None
+        read = pipeline | READ_EXPORT >> reader
+        if on_bad_record != "skip":
+            return [read | spec.name >> transform for spec, transform in transforms], None
+        # Skipped files ride in the reader's one output (no tagged outputs: Beam's Dask runner
+        # hands every output to every consumer); both branches reach the job's commit step.
+        rows = read | RECORDS >> beam.Filter(lambda element: not isinstance(element, SkippedFile))
+        skipped = read | SKIPPED_FILES >> beam.FlatMap(
+            lambda element: [element.path] if isinstance(element, SkippedFile) else []
+        )
+        return [rows | spec.name >> transform for spec, transform in transforms], skipped
 
     check_temp_location(options)
     location = output if "://" in output else os.path.abspath(output)
