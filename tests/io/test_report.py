@@ -149,7 +149,7 @@ def test_grid_decimals() -> None:
 
 
 def test_no_float_noise_no_unicode_escapes_and_a_noto_font_stack(tmp_path: Path) -> None:
-    out = write_outputs(_rich_document(), tmp_path / "out")
+    out = Path(write_outputs(_rich_document(), tmp_path / "out"))
     page = (out / "report.html").read_text(encoding="utf-8")
     assert '<meta charset="utf-8">' in page
     assert "000000" not in page and "70.3" in page and "69.8" in page and "61.76" in page
@@ -317,7 +317,7 @@ def _measure(chromium: str, page: Path, width: int, tmp_path: Path) -> dict[str,
 def test_report_fits_the_window_in_headless_chromium(width: int, tmp_path: Path) -> None:
     chromium = _chromium()
     document = _rich_document()
-    out = write_outputs(document, tmp_path / "out")
+    out = Path(write_outputs(document, tmp_path / "out"))
     facts = _measure(chromium, out / "report.html", width, tmp_path)
     assert facts["innerWidth"] == width  # the window really is that wide
     assert facts["scrollWidth"] <= facts["innerWidth"], facts["scrollWidth"]
@@ -410,7 +410,7 @@ def test_a_cdf_per_key_draws_at_most_eight_curves_and_lists_every_key() -> None:
 
 def test_a_cdf_release_goes_through_every_output(tmp_path: Path) -> None:
     document = _document(_cdf(quantiles=[0.5]))
-    out = write_outputs(document, tmp_path / "out")
+    out = Path(write_outputs(document, tmp_path / "out"))
     assert json.loads((out / "release.json").read_text(encoding="utf-8")) == json.loads(
         json.dumps(document)
     )
@@ -421,7 +421,7 @@ def test_a_cdf_report_fits_the_window_in_headless_chromium(tmp_path: Path) -> No
     chromium = _chromium()
     releases = [_cdf(quantiles=[0.25, 0.5, 0.75])]
     releases += [_cdf(key=key, seed=i) for i, key in enumerate(["de", "日本", _LONG_KEY])]
-    out = write_outputs(_document(*releases), tmp_path / "out")
+    out = Path(write_outputs(_document(*releases), tmp_path / "out"))
     facts = _measure(chromium, out / "report.html", 1000, tmp_path)
     assert facts["scrollWidth"] <= facts["innerWidth"], facts["scrollWidth"]
     assert facts["widest"] <= facts["innerWidth"] + 0.5, facts["widest"]

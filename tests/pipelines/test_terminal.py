@@ -411,8 +411,9 @@ def test_the_ledger_sees_the_relation_the_statistics_are_released_under(tmp_path
     from pipelines import budget
 
     url = f"sqlite://{tmp_path / 'budget.db'}"
-    budget.run(["create", "--ledger", url, "--dataset", "survey", "--input", "/data/survey/",
-                "--epsilon", "5"], out=io.StringIO())  # fmt: skip
+    budget.run(["create", "--ledger", url, "--dataset", "survey", "--input",
+                str(REPO / "sample_data" / "survey"), "--epsilon", "5"],
+               out=io.StringIO())  # fmt: skip
     config = tmp_path / "job.toml"
     config.write_text(
         f'[input]\npath = "{SAMPLE}"\nprivacy_unit = "user_id"\n\n[budget]\nepsilon = 1.0\n\n'
