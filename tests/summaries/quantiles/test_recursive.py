@@ -1,4 +1,5 @@
-"""The recursive split: branch weights, parallel composition over a level, selections."""
+"""The recursive split on cuts: branch weights, parallel composition over a level, selections,
+and the exact law of the selections the production code makes."""
 
 from __future__ import annotations
 
@@ -9,115 +10,204 @@ import pytest
 from stats_helpers import FPR, chi_square_pvalue
 
 from beam_dp.mechanisms import selection_probabilities
-from beam_dp.scores import QuantileScore
 from beam_dp.summaries.histogram import Grid, GridHistogram, less_greater
-from beam_dp.summaries.quantiles import (
-    plan_quantiles,
-    select_quantiles,
-)
-from beam_dp.summaries.quantiles.recursive import _Branch
+from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
+from beam_dp.summaries.quantiles.recursive import Cut, _Branch, _Lattice, range_scores
+from beam_dp.summaries.quantiles.utility import point_sensitivity
 
 # ---------------------------------------------------------------------------- branches
 
 
-def weighted_counts(counts: np.ndarray, branch: _Branch) -> list[tuple[Fraction, Fraction]]:
-    """(L, G) of every candidate of a branch, by definition, with exact weights."""
-    out = []
-    low, high = branch.candidates
-    for j in range(low, high + 1):
-        slot = 2 * j + 1
-        below = sum(
-            (branch.weight(s) * int(counts[s]) for s in range(branch.first, slot)), Fraction(0)
-        )
-        above = sum(
-            (branch.weight(s) * int(counts[s]) for s in range(slot + 1, branch.last + 1)),
-            Fraction(0),
-        )
-        out.append((below, above))
-    return out
+def slot_weights(branch: _Branch, num_points: int, parts: int) -> list[Fraction]:
+    """The weight of every histogram slot in ``branch``, from the definition of a cut: slot
+    ``2j + 1`` holds the values equal to point ``j``, of which the cut ``(j, t)`` takes ``t /
+    parts``; slot ``2j`` the values between points ``j - 1`` and ``j``."""
+
+    def share_below(cut: Cut | None, slot: int, default: Fraction) -> Fraction:
+        """The share of ``slot``'s values below ``cut`` (``None``: ``default``)."""
+        if cut is None:
+            return default
+        if slot < 2 * cut.point + 1:
+            return Fraction(1)
+        if slot == 2 * cut.point + 1:
+            return Fraction(cut.part, parts)
+        return Fraction(0)
+
+    return [
+        share_below(branch.high, slot, Fraction(1)) - share_below(branch.low, slot, Fraction(0))
+        for slot in range(2 * num_points + 1)
+    ]
 
 
-def test_branch_counts_match_the_weighted_definition() -> None:
+def definitional_counts(
+    counts: np.ndarray, branch: _Branch, parts: int
+) -> tuple[list[Fraction], list[Fraction], list[tuple[Cut, Fraction]], Fraction]:
+    """Each candidate point's rank range in the branch, every cut's position, and ``n``, in
+    value units, summed slot by slot with exact weights."""
+    num_points = (counts.size - 1) // 2
+    weights = slot_weights(branch, num_points, parts)
+    weighted = [w * int(c) for w, c in zip(weights, counts, strict=True)]
+    first, last = branch.points(num_points)
+    lows, highs, cuts = [], [], []
+    for j in range(first, last + 1):
+        below = sum(weighted[: 2 * j + 1], Fraction(0))
+        lows.append(below)
+        highs.append(below + weighted[2 * j + 1])
+        start = share(branch.low, j, parts, 0)
+        end = share(branch.high, j, parts, parts)
+        for t in range(start, end + 1):
+            cuts.append((Cut(j, t), below + Fraction(t - start, parts) * int(counts[2 * j + 1])))
+    return lows, highs, cuts, sum(weighted, Fraction(0))
+
+
+def share(cut: Cut | None, point: int, parts: int, default: int) -> int:
+    """The part of ``point``'s ties at which the branch end ``cut`` sits (``default`` if the
+    end is elsewhere)."""
+    return cut.part if cut is not None and cut.point == point else default
+
+
+def random_cut(rng: np.random.Generator, branch: _Branch, num_points: int, parts: int) -> Cut:
+    first, last = branch.points(num_points)
+    point = int(rng.integers(first, last + 1))
+    low = share(branch.low, point, parts, 0)
+    high = share(branch.high, point, parts, parts)
+    return Cut(point, int(rng.integers(low, high + 1)))
+
+
+def random_level(
+    rng: np.random.Generator, num_points: int, parts: int, depth: int
+) -> list[_Branch]:
+    level = [_Branch()]
+    for _ in range(depth):
+        level = [c for b in level for c in b.split(random_cut(rng, b, num_points, parts))]
+    return level
+
+
+def test_branch_ranks_and_cuts_match_the_weighted_definition() -> None:
     rng = np.random.default_rng(3)
-    counts = rng.integers(0, 9, size=21).astype(np.int64)  # a 10-point grid
-    root = _Branch(0, 20)
-    left, right = root.split(4)
-    left_left, left_right = left.split(4)  # splitting again at the branch's own end
-    branches = [root, left, right, left_left, left_right, *right.split(7)]
+    parts = 4
+    for _ in range(40):
+        counts = rng.integers(0, 9, size=21).astype(np.int64)  # a 10-point grid
+        lattice = _Lattice(counts, parts)
+        for branch in random_level(rng, 10, parts, 1) + random_level(rng, 10, parts, 3):
+            lows, highs, cuts, n = definitional_counts(counts, branch, parts)
+            first, low, high, total = branch.ranks(lattice)
+            assert first == branch.points(10)[0]
+            assert [Fraction(int(x), parts) for x in low] == lows
+            assert [Fraction(int(x), parts) for x in high] == highs
+            assert Fraction(total, parts) == n
+            points, cut_parts, positions, total = branch.cuts(lattice)
+            assert [Cut(int(p), int(t)) for p, t in zip(points, cut_parts, strict=True)] == [
+                c for c, _ in cuts
+            ]
+            assert [Fraction(int(x), parts) for x in positions] == [x for _, x in cuts]
 
-    for branch in branches:
-        less, greater, scale = branch.less_greater(counts)
-        expected = weighted_counts(counts, branch)
-        assert [
-            (Fraction(int(a), scale), Fraction(int(b), scale))
-            for a, b in zip(less, greater, strict=True)
-        ] == expected
 
-    assert (left.first, left.last, left.last_weight) == (0, 9, Fraction(1, 2))
-    assert (right.first, right.first_weight, right.last) == (9, Fraction(1, 2), 20)
-    assert (left_right.first, left_right.last, left_right.first_weight) == (9, 9, Fraction(1, 4))
+@pytest.mark.parametrize("parts", [1, 3, 64])
+def test_each_value_weighs_exactly_one_across_a_level(parts: int) -> None:
+    rng = np.random.default_rng(parts)
+    for depth in (1, 2, 3, 4):
+        for _ in range(30):
+            level = random_level(rng, 12, parts, depth)
+            columns = zip(*(slot_weights(b, 12, parts) for b in level), strict=True)
+            assert all(sum(column, Fraction(0)) == 1 for column in columns)
+            assert all(w >= 0 for b in level for w in slot_weights(b, 12, parts))
 
 
-def test_each_value_weighs_at_most_one_across_a_level() -> None:
-    root = _Branch(0, 40)
-    level = [root]
-    for split in ([7], [3, 12], [3, 3, 12, 15]):
-        level = [child for branch, j in zip(level, split, strict=True) for child in branch.split(j)]
-        for slot in range(41):
-            total = sum((b.weight(slot) for b in level if b.first <= slot <= b.last), Fraction(0))
-            assert total <= 1
+def test_a_three_way_split_weighs_each_value_exactly_one() -> None:
+    for first, second in [(Cut(2, 1), Cut(5, 3)), (Cut(3, 1), Cut(3, 3)), (Cut(0, 0), Cut(0, 0))]:
+        left, rest = _Branch().split(first)
+        middle, right = rest.split(second)
+        columns = zip(*(slot_weights(b, 10, 4) for b in (left, middle, right)), strict=True)
+        assert all(sum(column, Fraction(0)) == 1 for column in columns)
+        assert middle.points(10) == (first.point, second.point)
+
+
+def test_cuts_are_ordered_as_their_positions() -> None:
+    counts = np.arange(21, dtype=np.int64)
+    lattice = _Lattice(counts, 5)
+    cuts = sorted(Cut(j, t) for j in range(10) for t in range(6))
+    positions = [lattice.position(c) for c in cuts]
+    assert positions == sorted(positions)
+
+
+# --------------------------------------------------------------------- privacy, brute force
+
+
+def _neighbours(
+    rng: np.random.Generator, grid: Grid, relation: str, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    pool = np.concatenate([grid.points, rng.uniform(-1, 11, 20)])
+    base = rng.choice(pool, size=int(rng.integers(0, 25)))
+    unit = rng.choice(pool, size=k)
+    if relation == "add_remove":
+        return np.concatenate([base, unit]), base
+    return np.concatenate([base, unit]), np.concatenate([base, rng.choice(pool, size=k)])
+
+
+def _scores(counts: np.ndarray, branch: _Branch, alpha: Fraction, cuts: bool) -> np.ndarray:
+    """A node's scores in value units (the production functions, scaled back)."""
+    lattice = _Lattice(counts, PARTS)
+    if cuts:
+        _, _, low, n = branch.cuts(lattice)
+        high = low
+    else:
+        _, low, high, n = branch.ranks(lattice)
+    scores, common = range_scores(low, high, n, alpha)
+    return scores.astype(np.float64) / (common * PARTS)
+
+
+PARTS = 3  # a small Q keeps the brute force quick; nothing in the argument depends on Q
+ALPHAS = [Fraction(1, 3), Fraction(1, 2), Fraction(4, 5), Fraction(1, 10)]
+
+
+@pytest.mark.parametrize("relation", ["add_remove", "replace"])
+@pytest.mark.parametrize("cuts", [True, False], ids=["cut", "range"])
+def test_a_selection_on_the_whole_data_moves_by_at_most_its_sensitivity(
+    relation: str, cuts: bool
+) -> None:
+    rng = np.random.default_rng(5)
+    grid = Grid.uniform(0.0, 10.0, 11)
+    k = 2
+    for alpha in ALPHAS:
+        bound = float(point_sensitivity(alpha, relation, k))  # type: ignore[arg-type]
+        worst = 0.0
+        for _ in range(150):
+            x, y = (grid.histogram(v).counts() for v in _neighbours(rng, grid, relation, k))
+            change = np.abs(_scores(x, _Branch(), alpha, cuts) - _scores(y, _Branch(), alpha, cuts))
+            worst = max(worst, float(change.max()))
+        assert worst <= bound + 1e-12
+        assert worst >= 0.75 * bound  # the search reaches the bound's order
 
 
 @pytest.mark.parametrize("relation", ["add_remove", "replace"])
 def test_a_level_of_the_split_costs_at_most_its_epsilon(relation: str) -> None:
-    """Falsify the parallel-composition claim on random neighbours and split points.
+    """Falsify the parallel-composition claim on random neighbours and random cuts.
 
-    For the branches of one level (each calibrated to its own add/remove sensitivity), the
-    privacy loss of a neighbour pair is at most sum_B |change of B's scores| / Delta_B, which
-    must stay <= 1 under add/remove and <= 2 under replace (why deeper levels run at half
-    epsilon there).
+    For the branches of a level (each calibrated to its own add/remove sensitivity; cut and
+    range scores alike), the privacy loss of a neighbour pair is at most sum_B |change of B's
+    scores| / Delta_B, which must stay <= 1 under add/remove and <= 2 under replace (why
+    deeper levels run at half epsilon there).
     """
     rng = np.random.default_rng(17)
     grid = Grid.uniform(0.0, 10.0, 21)
-    alphas = [Fraction(1, 3), Fraction(1, 2), Fraction(4, 5)]
     k = 2
     worst = 0.0
-    for _ in range(300):
-        pool = np.concatenate([grid.points, rng.uniform(-1, 11, 20)])
-        base = rng.choice(pool, size=int(rng.integers(0, 25)))
-        unit = rng.choice(pool, size=k)
-        other = rng.choice(pool, size=k)
-        first = int(rng.integers(0, 21))
-        root = _Branch(0, 2 * 21)
-        level = list(root.split(first))
-        level = [c for b in level for c in b.split(int(rng.integers(*_index_range(b))))]
-        if relation == "add_remove":
-            pair = (np.concatenate([base, unit]), base)
-        else:
-            pair = (np.concatenate([base, unit]), np.concatenate([base, other]))
+    for trial in range(300):
+        pair = _neighbours(rng, grid, relation, k)
         counts = [grid.histogram(values).counts() for values in pair]
+        level = random_level(rng, grid.num_points, PARTS, 1 + trial % 2)
         loss = 0.0
-        for branch, alpha in zip(level, alphas + alphas[:1], strict=True):
-            low, high = branch.candidates
-            score = QuantileScore(
-                alpha=alpha, grid=grid.points[low : high + 1], max_contributions=k
+        for position, branch in enumerate(level):
+            alpha = ALPHAS[position % len(ALPHAS)]
+            cuts = bool(rng.integers(0, 2))
+            change = np.abs(
+                _scores(counts[0], branch, alpha, cuts) - _scores(counts[1], branch, alpha, cuts)
             )
-            real = []
-            for c in counts:
-                less, greater, scale = branch.less_greater(c)
-                real.append(
-                    score.compute_from_counts(less, greater) / (score.unit.denominator * scale)
-                )
-            change = float(np.abs(real[0] - real[1]).max())
-            loss += change / float(score.sensitivity("add_remove"))
+            loss += float(change.max()) / float(point_sensitivity(alpha, "add_remove", k))
         worst = max(worst, loss)
     assert worst <= (1.0 if relation == "add_remove" else 2.0) + 1e-9
     assert worst > 0.5  # the test can see a change
-
-
-def _index_range(branch: _Branch) -> tuple[int, int]:
-    low, high = branch.candidates
-    return low, high + 1
 
 
 # -------------------------------------------------------------------------- selections
@@ -131,7 +221,7 @@ def test_huge_epsilon_releases_the_best_grid_points_in_request_order() -> None:
     quantiles = [0.9, 0.1, 0.5, 0.25, 0.5]
     less, greater = less_greater(histogram.counts())
 
-    for split in ("recursive", "independent"):
+    for split in ("recursive", "joint", "independent"):
         plan = plan_quantiles(quantiles, epsilon=1e5, num_candidates=1001, split=split)
         selection = select_quantiles(histogram, grid, plan)
         for alpha, index in zip(quantiles, selection.indices, strict=True):
@@ -164,6 +254,22 @@ def test_ties_at_a_split_point_are_shared_not_lost(
     assert selection.values == (expected, expected)
 
 
+@pytest.mark.parametrize("split", ["recursive", "joint"])
+def test_the_root_cuts_a_tie_block_where_its_target_falls(split: str) -> None:
+    """2 000 values: 400 spread below 5, 800 at 5 (ranks 400-1 200), 800 at 9. The median's
+    target (rank 1 000) is 3/4 into the block of 5s, so the root cuts the block there: the left
+    branch holds the 1 000 lowest values and its median, the 0.25-quantile (rank 500), is 5.
+    Shared half and half, the block left the left branch 800 values and a median (rank 400)
+    at the foot of the block, where the tie-neutral score preferred the point below it."""
+    values = np.concatenate([np.linspace(0.5, 4.5, 400), np.full(800, 5.0), np.full(800, 9.0)])
+    grid = Grid.uniform(0.0, 10.0, 101)
+    plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=1e4, num_candidates=101, split=split)
+    assert plan.nodes[0].cuts and plan.nodes[0].alpha == Fraction(1, 2)
+    for _ in range(5):
+        selection = select_quantiles(grid.histogram(values), grid, plan)
+        assert selection.values == (5.0, 5.0, 9.0)
+
+
 def test_empty_data_still_releases_grid_points() -> None:
     grid = Grid.uniform(0.0, 1.0, 11)
     plan = plan_quantiles([0.2, 0.5, 0.8], epsilon=1.0, num_candidates=11)
@@ -186,37 +292,66 @@ def test_histogram_and_grid_must_agree() -> None:
         )
 
 
+# -------------------------------------------------------- the exact law, from the definition
+
+
+def cut_law(
+    counts: np.ndarray, branch: _Branch, alpha: Fraction, epsilon: Fraction, parts: int
+) -> dict[Cut, float]:
+    """A cut node's law (permute-and-flip over every cut of the branch), from the definition."""
+    _, _, cuts, n = definitional_counts(counts, branch, parts)
+    scores = [-abs(position - alpha * n) for _, position in cuts]
+    p = selection_probabilities(scores, epsilon=epsilon, sensitivity=max(alpha, 1 - alpha))
+    return {c: float(q) for (c, _), q in zip(cuts, p, strict=True)}
+
+
+def leaf_law(
+    counts: np.ndarray, branch: _Branch, alpha: Fraction, epsilon: Fraction, parts: int
+) -> np.ndarray:
+    """A leaf's law over the branch's points (the distance to each rank range)."""
+    lows, highs, _, n = definitional_counts(counts, branch, parts)
+    target = alpha * n
+    scores = [
+        -max(Fraction(0), low - target, target - high)
+        for low, high in zip(lows, highs, strict=True)
+    ]
+    return selection_probabilities(scores, epsilon=epsilon, sensitivity=max(alpha, 1 - alpha))
+
+
 @pytest.mark.slow
-def test_a_branch_follows_the_exact_distribution_given_the_root() -> None:
-    """Three quantiles: the root's draw, then each child's given the root, exactly."""
+def test_the_selections_follow_their_exact_law_given_the_root() -> None:
+    """Three quantiles: the root's point (a sum over its cuts), then the left child's point
+    given the root's point (a mixture over the root's cuts of that point), exactly."""
     grid = Grid.uniform(0.0, 8.0, 9)
-    values = np.array([0.5, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.5, 5.0, 6.0, 7.5, 8.0])
+    values = np.array([0.5, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 4.5, 5.0, 6.0, 7.5, 8.0])
     plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=3.0, num_candidates=9)
+    parts = plan.tie_parts
     histogram = grid.histogram(values)
-    counts_array = histogram.counts()
+    counts = histogram.counts()
     root_node = plan.nodes[0]
+    left_node = plan.nodes[root_node.left]  # type: ignore[index]
 
     root_draws = np.zeros(9, dtype=np.int64)
     left_draws: dict[int, np.ndarray] = {}
-    for _ in range(6000):
+    for _ in range(3000):
         selection = select_quantiles(histogram, grid, plan)
         root = selection.indices[1]
         root_draws[root] += 1
         left_draws.setdefault(root, np.zeros(9, dtype=np.int64))[selection.indices[0]] += 1
 
-    def check(observed: np.ndarray, branch: _Branch, alpha: Fraction, epsilon: Fraction) -> None:
-        low, high = branch.candidates
-        weighted = weighted_counts(counts_array, branch)
-        score = [-abs((1 - alpha) * a - alpha * b) for a, b in weighted]
-        expected = selection_probabilities(
-            score, epsilon=epsilon, sensitivity=max(alpha, 1 - alpha)
-        )
-        assert observed[:low].sum() == observed[high + 1 :].sum() == 0
-        assert chi_square_pvalue(observed[low : high + 1], expected) > FPR
-
-    root_branch = _Branch(0, 18)
-    check(root_draws, root_branch, root_node.alpha, root_node.epsilon)
-    left_node = plan.nodes[root_node.left]  # type: ignore[index]
-    for root, observed in left_draws.items():
-        if observed.sum() >= 400:
-            check(observed, root_branch.split(root)[0], left_node.alpha, left_node.epsilon)
+    root_law = cut_law(counts, _Branch(), root_node.alpha, root_node.epsilon, parts)
+    by_point = np.zeros(9)
+    for cut, p in root_law.items():
+        by_point[cut.point] += p
+    assert chi_square_pvalue(root_draws, by_point) > FPR
+    for point, observed in left_draws.items():
+        if observed.sum() < 300:
+            continue
+        mixture = np.zeros(9)
+        for cut, p in root_law.items():
+            if cut.point == point:
+                left = _Branch().split(cut)[0]
+                law = leaf_law(counts, left, left_node.alpha, left_node.epsilon, parts)
+                mixture[: law.size] += p * law
+        assert observed[point + 1 :].sum() == 0
+        assert chi_square_pvalue(observed[: point + 1], mixture[: point + 1] / mixture.sum()) > FPR
