@@ -3,7 +3,10 @@ and the exact law of the selections the production code makes."""
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from stats_helpers import FPR, chi_square_pvalue
 
 from beam_dp.mechanisms import selection_probabilities
 from beam_dp.summaries.histogram import Grid, GridHistogram, less_greater
-from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
+from beam_dp.summaries.quantiles import plan_quantiles, recursive, select_quantiles
 from beam_dp.summaries.quantiles.recursive import Cut, _Branch, _Lattice, range_scores
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
@@ -355,3 +358,191 @@ def test_the_selections_follow_their_exact_law_given_the_root() -> None:
                 mixture[: law.size] += p * law
         assert observed[point + 1 :].sum() == 0
         assert chi_square_pvalue(observed[: point + 1], mixture[: point + 1] / mixture.sum()) > FPR
+
+
+# ----------------------------------------- the production call site, exact pmfs (issue 28)
+
+
+def record_single_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Record what every single-quantile selection of :func:`select_quantiles` hands to the
+    sampler, and return a public choice (the middle candidate) so that both neighbours go on
+    with the same history."""
+    calls: list[tuple[Any, ...]] = []
+
+    def recording(
+        scores: np.ndarray, epsilon: Fraction, sensitivity: Fraction, method: str, rng: Any
+    ) -> int:
+        calls.append((np.array(scores), epsilon, sensitivity, method))
+        return int(len(scores) // 2)
+
+    monkeypatch.setattr(recursive, "private_choice", recording)
+    return calls
+
+
+def single_losses(
+    run: Callable[[np.ndarray], None], x: np.ndarray, y: np.ndarray, calls: list
+) -> float:
+    """The summed exact privacy loss of the recorded selections between ``x`` and ``y``."""
+    calls.clear()
+    run(x)
+    first = list(calls)
+    calls.clear()
+    run(y)
+    total = 0.0
+    for (sx, ex, dx, mx), (sy, ey, dy, my) in zip(first, calls, strict=True):
+        assert (len(sx), ex, dx, mx) == (len(sy), ey, dy, my)  # public parameters
+        p = selection_probabilities(sx, epsilon=ex, sensitivity=dx, method=mx)
+        q = selection_probabilities(sy, epsilon=ey, sensitivity=dy, method=my)
+        total += float(np.max(np.abs(np.log(p) - np.log(q))))
+    return total
+
+
+def mutant(monkeypatch: pytest.MonkeyPatch, function: str, original: str, replaced: str) -> None:
+    """Replace ``function`` of :mod:`.recursive` by a copy with ``original`` -> ``replaced``."""
+    source = inspect.getsource(getattr(recursive, function))
+    assert source.count(original) == 1, "the mutated line has moved"
+    namespace = dict(vars(recursive))
+    code = compile(
+        source.replace(original, replaced),
+        recursive.__file__,
+        "exec",
+        flags=annotations.compiler_flag,  # the module postpones its annotations
+        dont_inherit=True,
+    )
+    exec(code, namespace)
+    monkeypatch.setattr(recursive, function, namespace[function])
+
+
+#: One unit's three values at 0 (``k = 3``): the root's cut moves by the most it can.
+SINGLE_X = np.array([0.0, 0.0, 0.0, 2.0, 3.0, 3.0, 3.0, 3.0, 5.0, 6.0, 8.0, 8.0])
+SINGLE_NEIGHBOUR = SINGLE_X[3:]
+
+
+@pytest.mark.parametrize("method", ["exponential", "permute_and_flip"])
+def test_single_selections_at_the_call_site_cost_at_most_epsilon(
+    monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Every cut and leaf selection of a three-quantile release, as :func:`select_quantiles`
+    makes it (scores, epsilon, sensitivity as handed to the sampler), on neighbours where one
+    unit adds three values: the exact losses add up to at most epsilon, and a call site that
+    halves the sensitivity (2 epsilon) is caught."""
+    grid = Grid.uniform(0.0, 8.0, 9)
+    epsilon = Fraction(3, 2)
+    plan = plan_quantiles(
+        [0.25, 0.5, 0.75], epsilon=epsilon, num_candidates=9, max_contributions=3, method=method
+    )
+    calls = record_single_calls(monkeypatch)
+
+    def run(values: np.ndarray) -> None:
+        select_quantiles(grid.histogram(values), grid, plan)
+
+    loss = single_losses(run, SINGLE_X, SINGLE_NEIGHBOUR, calls)
+    assert len(calls) == 3
+    assert loss <= float(epsilon) + 1e-9
+    mutant(
+        monkeypatch,
+        "_select_single",
+        "sensitivity = node.sensitivity * common * lattice.parts",
+        "sensitivity = node.sensitivity * common * lattice.parts / 2",
+    )
+    assert single_losses(run, SINGLE_X, SINGLE_NEIGHBOUR, calls) > float(epsilon)
+
+
+# ----------------------------------------- the production call site, exact pmfs (issue 28)
+
+
+def utility_matrix(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """JointExp's ``U(i, j) = |a_i| + |b_j| + |b_j - a_i|`` for every sorted pair ``i <= j``."""
+    a = first.astype(np.int64)[:, None]
+    b = second.astype(np.int64)[None, :]
+    utility = np.abs(a) + np.abs(b) + np.abs(b - a)
+    return utility[np.triu_indices(first.size)]
+
+
+def record_pair_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """Record what every pair node of :func:`select_quantiles` hands to the pair sampler, and
+    what every single node hands to its sampler; return public choices (a fixed sorted pair,
+    the middle candidate), so that both neighbours go on with the same history."""
+    calls: list[tuple[Any, ...]] = []
+
+    def pair(first: np.ndarray, second: np.ndarray, rate: Fraction, source: Any) -> tuple[int, int]:
+        calls.append((np.array(first), np.array(second), rate))
+        return first.size // 3, (2 * first.size) // 3
+
+    def single(scores: np.ndarray, *args: Any) -> int:
+        return int(scores.size // 2)
+
+    monkeypatch.setattr(recursive, "select_pair", pair)
+    monkeypatch.setattr(recursive, "private_choice", single)
+    return calls
+
+
+def pair_call_losses(
+    run: Callable[[np.ndarray], None], x: np.ndarray, y: np.ndarray, calls: list
+) -> float:
+    """The summed exact loss of the recorded pair selections between ``x`` and ``y``: the
+    law ``exp(-rate U)`` over sorted pairs, from the arrays and rate each call received."""
+    calls.clear()
+    run(x)
+    first = list(calls)
+    calls.clear()
+    run(y)
+    total = 0.0
+    for (ax, bx, rate_x), (ay, by, rate_y) in zip(first, calls, strict=True):
+        assert (ax.size, rate_x) == (ay.size, rate_y)  # public parameters
+        logs = []
+        for a, b in ((ax, bx), (ay, by)):
+            log = -float(rate_x) * utility_matrix(a, b).astype(np.float64)
+            logs.append(log - np.logaddexp.reduce(log))
+        total += float(np.abs(logs[0] - logs[1]).max())
+    return total
+
+
+PAIR_MUTANT = (
+    "rate = node.epsilon / (2 * node.sensitivity * common * scale)",
+    "rate = node.epsilon / (node.sensitivity * common * scale)",
+)
+
+PAIR_GRID = Grid.uniform(0.0, 6.0, 7)
+#: Adversarial neighbours (found by search over neighbours on the 7-point grid; one unit adds
+#: one value): two quantiles selected together without children (test_joint's audit pair), and six
+#: quantiles whose root pair has children (cuts) and whose middle pair has none.
+CALL_SITE_CASES = {
+    "pair": (
+        [Fraction(1, 3), Fraction(2, 3)],
+        2,
+        np.array([0.0, 0.0, 3.0, 5.0, 6.0, 6.0]),
+        np.array([0.0, 3.0, 5.0, 6.0, 6.0]),
+    ),
+    "pair_with_children": (
+        [Fraction(i, 7) for i in range(1, 7)],
+        1,
+        np.array([0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0]),
+        np.array([0.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CALL_SITE_CASES))
+def test_pair_nodes_at_the_call_site_cost_at_most_epsilon(
+    monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Issue 28: the pair nodes as :func:`select_quantiles` runs them (the arrays and rate
+    each call hands to the pair sampler, on neighbours), exact pmfs: their losses add up to at
+    most their epsilons; the same check run on the mutant of issue 28 (the ``2 *`` removed
+    from the rate: every pair node at twice its epsilon) fails."""
+    quantiles, epsilon, x, y = CALL_SITE_CASES[case]
+    plan = plan_quantiles(quantiles, epsilon=epsilon, num_candidates=PAIR_GRID.num_points)
+    pair_nodes = [node for node in plan.nodes if node.second_target is not None]
+    budget = float(sum(node.epsilon for node in pair_nodes))
+    assert pair_nodes and (case == "pair") != any(node.cuts for node in pair_nodes)
+    calls = record_pair_calls(monkeypatch)
+
+    def run(values: np.ndarray) -> None:
+        select_quantiles(PAIR_GRID.histogram(values), PAIR_GRID, plan)
+
+    loss = pair_call_losses(run, x, y, calls)
+    assert len(calls) == len(pair_nodes)
+    assert budget / 2 < loss <= budget + 1e-9
+    mutant(monkeypatch, "_select_pair_node", *PAIR_MUTANT)
+    assert pair_call_losses(run, x, y, calls) > budget
