@@ -134,6 +134,8 @@ class QuantilePlan(PlanBase):
 
     Build with :func:`plan_quantiles`. Holds the selections to run, their epsilons and
     sensitivities, and the public accuracy bounds (the shared fields: :class:`PlanBase`).
+    ``tie_parts`` is ``Q``: a node with children cuts the values tied at its point at one of
+    ``Q + 1`` places (:mod:`.recursive`).
     """
 
     split: Split

@@ -56,9 +56,9 @@ the tie-neutral single-quantile score of :mod:`.utility`.
 
 Accuracy
 --------
-A node at ``alpha_B`` in the branch between the cuts ``lo`` and ``hi``, whose targets are
-``alpha_lo`` and ``alpha_hi`` (0 and 1 at the global ends), aims at
-``C(lo) + alpha_B (C(hi) - C(lo))``, and
+In value units (``C / Q``, written ``C`` here): a node at ``alpha_B`` in the branch between
+the cuts ``lo`` and ``hi``, whose targets are ``alpha_lo`` and ``alpha_hi`` (0 and 1 at the
+global ends), aims at ``C(lo) + alpha_B (C(hi) - C(lo))``, and
 
     alpha N - C(lo) - alpha_B (C(hi) - C(lo))
         = (1 - alpha_B) (alpha_lo N - C(lo)) + alpha_B (alpha_hi N - C(hi)),
@@ -68,8 +68,9 @@ its own selection's distance in the branch plus ``1 - alpha_B`` and ``alpha_B`` 
 errors of the cuts at the branch's ends (0 at the global ends). A selection's own distance is
 at most its score loss ``l`` (with probability ``1 - beta``) plus the best its candidates
 allow: 0 for a grid point whose rank range holds the target, at most ``1 / (2Q)`` of the
-values tied at that point for a cut. :meth:`QuantilePlan.rank_errors` reports the ``l`` part
-of this recursion (see :mod:`.planning`).
+values tied at that point for a cut (for a pair, the best pair's, where the two best distances
+can add up). :meth:`QuantilePlan.rank_errors` reports the ``l`` part of this recursion (see
+:mod:`.planning`).
 """
 
 from __future__ import annotations
