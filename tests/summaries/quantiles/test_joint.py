@@ -1,7 +1,7 @@
 """The joint split's pair nodes: sensitivity by brute force on neighbours (rank-range scores
 for pairs without children, cut scores for pairs with children), the exact law of the pair
-sampler, exact pmf ratios on neighbours, the audit, and the exact loss at the production call
-site (issue 28)."""
+sampler, exact pmf ratios on neighbours and the audit. The exact loss of the pair nodes at
+their production call site (issue 28) is in test_recursive.py, next to the other call sites."""
 
 from __future__ import annotations
 
