@@ -22,7 +22,9 @@ sum_error           mean, ``add_remove``: ``|released - mean| <= sum_error / N +
 grid_error          mean: the farthest any value in ``[lower, upper]`` is from a grid point
 rank_error_beyond_  quantiles: ``|rank(out) - alpha N| - |rank(best) - alpha N|`` with
 best_grid_point     ``rank(v) = #(x < v) + alpha #(x = v)``, ``best`` the grid point
-                    minimising it (see :func:`quantile_statement` on ties)
+                    minimising it; for the recursive and joint splits, the distance from
+                    ``alpha N`` to ``[#(x < out), #(x <= out)]`` beyond what the grid allows
+                    (see :func:`quantile_statement` on ties)
 count_below_kth_    top-k counts: how many fewer units (records at record level) than the true
 best                k-th most frequent candidate any released candidate can have
 vote_shortfall      election: how many fewer votes than the true winner (k-th) the released one
@@ -241,9 +243,12 @@ def quantile_statement(
 
     What a quantile is with ties: for the ``N`` values kept after bounding, a value ``v`` is
     an ``alpha``-quantile when ``#(x < v) <= alpha N <= #(x <= v)``; a block of ``E`` tied
-    values occupies the ranks ``[#(x < v), #(x < v) + E]``. The utility of grid point ``v`` is
-    ``-|rank(v) - alpha N|`` with ``rank(v) = #(x < v) + alpha #(x = v)`` (the tie block split
-    ``alpha : 1 - alpha``), and its guarantee is, with probability ``1 - beta``::
+    values occupies the ranks ``[#(x < v), #(x < v) + E]``, the value's *rank range*.
+
+    One selection per quantile (``several_rounds`` False: one quantile, or independent
+    selections): the utility of grid point ``v`` is ``-|rank(v) - alpha N|`` with ``rank(v) =
+    #(x < v) + alpha #(x = v)`` (the tie block split ``alpha : 1 - alpha``), and its guarantee
+    is, with probability ``1 - beta``::
 
         |rank(out) - alpha N| <= |rank(best) - alpha N| + rank_error,
 
@@ -254,51 +259,78 @@ def quantile_statement(
     every point strictly between 0 and 50 has rank 480, 20 from the median's 500, the exact
     median 50 has rank 530), by at most ``max(alpha, 1 - alpha)`` times the values in the grid
     cell around the true quantile, ties at its ends included: data-dependent, never released.
-    Hence the key's name, ``rank_error_beyond_best_grid_point``. With several quantiles under
-    the recursive split, each bound is the sum over the selections on its path, each beyond its
-    branch's best grid point (see :mod:`beam_dp.summaries.quantiles`). With ``pairs`` (the
-    joint split chose some quantiles two at a time) such a quantile's term bounds the distance
-    from ``alpha N`` to its rank range beyond the best *pair* of grid points, whose two
+    Hence the key's name, ``rank_error_beyond_best_grid_point``.
+
+    The recursive and joint splits (``several_rounds``; :mod:`beam_dp.summaries.quantiles`)
+    bound the distance from ``alpha N`` to the released value's rank range itself: at most
+    ``rank_error`` beyond what the grid allows. That is nothing when the values are grid points
+    (integers on a grid at resolution 1), except that a selection with later selections below
+    it shares a block of tied values between its two sides at one of ``Q + 1`` evenly spaced
+    places (``Q`` is 64 on grids of up to 32 000 points), which can add ``1 / (2Q)`` of that
+    block; values strictly between grid points add the best grid point's own distance. The
+    bound includes the errors of the earlier selections that bound the quantile's branch. With
+    ``pairs`` (the joint split chose some quantiles two at a time) the best pair's two
     distances can add up: the sentence says so.
     """
     loss = float(rank_error)
     level = f"With probability {confidence:g}"
     alphas = [float(q) for q in quantiles]
-    if len(alphas) == 1:
-        what = f"the released {_quantile_name(alphas[0])}'s rank is"
-        target = f"{alphas[0]:g}*N"
-        share = f"{alphas[0]:g} times"
-    else:
-        listed = ", ".join(f"{a:g}" for a in alphas)
-        what = f"each released alpha-quantile's (alpha in {listed}) rank is"
-        target = "alpha*N"
-        share = "alpha times"
-    path = (
-        " (summed over the selections on its path, each beyond its branch's best grid point)"
-        if several_rounds and len(alphas) > 1
-        else ""
-    )
-    if pairs and len(alphas) > 1:
-        path = (
-            " (summed over the selections on its path, each beyond its branch's best grid "
-            "point; for two quantiles selected together, it is the distance from alpha*N to the "
-            "value's rank range that is bounded, beyond the best pair of grid points, whose two "
-            "distances can add up)"
-        )
     passes = " (both passes of the coarse-to-fine grid together)" if two_pass else ""
     rows = "values kept after bounding"
+    units = {
+        "rank_error_beyond_best_grid_point": f"ranks among the N {rows} (N not released)",
+        "rank_error": f"ranks among the N {rows}, beyond the best grid point",
+        "score_loss": f"ranks among the N {rows} (one selection)",
+        "cell_width": "value units",
+        "fine_rank_error": f"ranks among the N {rows}, second pass alone",
+    }
+    if len(alphas) == 1:
+        name = _quantile_name(alphas[0])
+        target = f"{alphas[0]:g}*N"
+    else:
+        listed = ", ".join(f"{a:g}" for a in alphas)
+        target = "alpha*N"
+    if several_rounds:
+        what = (
+            f"the released {name}'s rank range is"
+            if len(alphas) == 1
+            else f"each released alpha-quantile's (alpha in {listed}) rank range is"
+        )
+        together = (
+            " For two quantiles selected together, the best pair's two distances can add up."
+            if pairs and len(alphas) > 1
+            else ""
+        )
+        description = (
+            f"{level}, {what} at most {_stated(loss)} from {target}{passes}, beyond what the "
+            f"grid allows; N is the number of {rows} and is not released. A value's rank range "
+            "runs from the number of values below it to the number below or equal to it, so "
+            "a value shared by many tied values is exact when the quantile falls among them. "
+            "The grid allows nothing more when the values are grid points, except that where "
+            "a selection splits the values inside a block of tied values it shares the block "
+            "out at one of evenly spaced places, which can add a small part of that block "
+            "(1/128 of it on grids of up to 32 000 points); values between grid points add the "
+            "best grid point's own distance (up to the values in the grid cell around the "
+            "quantile). The bound includes the errors of the earlier selections that bound "
+            f"each quantile's branch.{together}"
+        )
+        return AccuracyStatement(
+            bounds={"rank_error_beyond_best_grid_point": loss},
+            units=units,
+            description=description,
+        )
+    if len(alphas) == 1:
+        what = f"the released {name}'s rank is"
+        share = f"{alphas[0]:g} times"
+    else:
+        what = f"each released alpha-quantile's (alpha in {listed}) rank is"
+        share = "alpha times"
     return AccuracyStatement(
         bounds={"rank_error_beyond_best_grid_point": loss},
-        units={
-            "rank_error_beyond_best_grid_point": f"ranks among the N {rows} (N not released)",
-            "rank_error": f"ranks among the N {rows}, beyond the best grid point",
-            "score_loss": f"ranks among the N {rows} (one selection)",
-            "cell_width": "value units",
-            "fine_rank_error": f"ranks among the N {rows}, second pass alone",
-        },
+        units=units,
         description=(
             f"{level}, {what} at most {_stated(loss)} farther from {target} than the best grid "
-            f"point's{path}{passes}; N is the number of {rows} and is not released, and a "
+            f"point's{passes}; N is the number of {rows} and is not released, and a "
             f"value's rank counts the values below it plus {share} the values equal to it. "
             f"With many tied values the best grid point itself can be far from {target} (by "
             "up to the values in the grid cell around the true quantile), so this is not a "

@@ -17,7 +17,7 @@ import numpy as np
 from beam_dp.mechanisms import SecureRandom
 from beam_dp.summaries.histogram import Grid
 from beam_dp.summaries.quantiles.joint import _pair_rounds, pair_scores, pair_sensitivity
-from beam_dp.summaries.quantiles.recursive import _Branch
+from beam_dp.summaries.quantiles.recursive import _Branch, _Lattice
 
 values = np.array([0.0] * 100 + [5.0] * 800 + [10.0] * 100)
 alphas = (Fraction(3, 10), Fraction(7, 10))
@@ -25,8 +25,9 @@ source = SecureRandom()
 for points in (11, 10_001):
     grid = Grid.uniform(0.0, 10.0, points)
     counts = grid.histogram(values).counts()
-    less, equal, greater, scale = _Branch(0, grid.num_slots - 1).less_equal_greater(counts)
-    first, second, common = pair_scores(less, equal, greater, alphas)
+    _, low, high, n = _Branch().ranks(_Lattice(counts, 1))
+    first, second, common = pair_scores(low, high - low, n - high, alphas)
+    scale = 1
     for epsilon in (Fraction(1), Fraction(1, 10)):
         rate = epsilon / (2 * pair_sensitivity(alphas, "add_remove", 1) * common * scale)
         line = f"grid {points:>6,}, epsilon {float(epsilon)}: "

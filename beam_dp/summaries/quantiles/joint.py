@@ -4,11 +4,16 @@ Utility: for ``alpha_1 < alpha_2`` and grid points ``r_1 <= r_2``, with the sign
 errors ``e_j`` of :func:`pair_scores` (the distance from ``alpha_j n`` to the rank interval
 ``[L, L + E]`` of ``r_j``), ``U = |e_1| + |e_2| + |e_2 - e_1|``: JointExp's utility
 (Gillenwater, Joseph and Kulesza 2021), the total variation of the path ``0, e_1, e_2, 0``.
-It equals ``2 R`` with ``R = max(0, e_1, e_2) - min(0, e_1, e_2)``.
+It equals ``2 R`` with ``R = max(0, e_1, e_2) - min(0, e_1, e_2)``. A pair node with children
+chooses two *cuts* ``c_1 <= c_2`` instead (:mod:`.recursive`): the same utility with ``E = 0``,
+``e_j = c_j - alpha_j n``.
 
-Sensitivity: under add/remove, the largest of ``|d_1| + |d_2| + |d_2 - d_1|`` over the six
-ways one value can move the two scores, ``2 (1 - min gap)`` per value; under replace, 2 per
-value (:func:`pair_sensitivity`; tested by brute force on every neighbour of small datasets).
+Sensitivity: one value moves ``e_j`` by ``f_j - alpha_j`` (add/remove), ``f_j`` the share of
+the value below ``r_j``'s rank interval or cut, with ``0 <= f_1 <= f_2 <= 1``. ``|d_1| + |d_2|
++ |d_2 - d_1|`` is convex in ``(f_1, f_2)``, so its largest value is at a vertex of that
+triangle, ``(0, 0)``, ``(0, 1)`` or ``(1, 1)``, all among the six moves
+:func:`pair_sensitivity` checks: ``2 (1 - min gap)`` per value; under replace, 2 per value
+(tested by brute force on every neighbour of small datasets, for ranges and cuts).
 
 Sampling (:func:`select_pair`) is exact and never stalls. The sorted pairs split into six
 pieces by the signs of ``a = e_1(r_1)`` and ``b = e_2(r_2)``; on each, ``R`` is a sum of
@@ -64,7 +69,7 @@ def pair_loss(
 def pair_scores(
     less: IntArray, equal: IntArray, greater: IntArray, alphas: tuple[Fraction, Fraction]
 ) -> tuple[IntArray, IntArray, int]:
-    """Each quantile's signed rank error at every grid point, as integers times ``common``.
+    """Each quantile's signed rank error at every candidate, as integers times ``common``.
 
     ``e_j(r)`` is the signed distance from ``alpha_j n`` to the point's rank interval
     ``[L, L + E]`` (``L``, ``E``: rows below and equal, ``n = L + E + G``): 0 when some rank of
@@ -74,6 +79,7 @@ def pair_scores(
     (equal), as the tie-neutral score does; but a quantile that falls in a block of ties scores
     0 at the tied value, so neither quantile of a pair is left free when both fall in one
     block (JointExp's path utility would then ignore the smaller of two negative errors).
+    With ``equal`` 0 the candidates are cuts at ``less`` (:mod:`.recursive`).
     """
     low, high = alphas
     common = math.lcm(low.denominator, high.denominator)

@@ -7,14 +7,19 @@
 * ``split="recursive"``: the tree of :mod:`.recursive`, ``D = ceil(log2(m + 1))`` levels at
   ``epsilon / D`` each, every node's relation and epsilon from
   :func:`~beam_dp.summaries.quantiles.recursive.level_budget` (which carries the proof).
-* ``split="auto"`` (the default, :data:`~.parameters.DEFAULT_SPLIT`): recursive when that
-  composes fewer rounds (``m >= 3``), else independent.
+* ``split="joint"``: the same tree with some nodes choosing two quantiles at once
+  (:mod:`.joint`), ``D = ceil(log3(m + 1))`` levels.
+* ``split="auto"`` (the default, :data:`~.parameters.DEFAULT_SPLIT`): joint for ``m >= 2``,
+  else one selection.
 
 Each node carries its sensitivity (:func:`~.utility.point_sensitivity`, times the partitions a
 unit may reach) and its score-loss bound ``l`` at the per-selection confidence
-``1 - beta / m`` (a union bound over the ``m`` selections); a quantile's ``rank_error`` is the
-sum of ``l`` along its path (see :mod:`.utility` and :mod:`.recursive`). Everything in a plan
-is a function of public parameters.
+``1 - beta / m`` (a union bound over the at most ``m`` selections). A node with children
+chooses among the ``d (Q + 1)`` cuts of the grid (:mod:`.recursive`; ``Q`` is
+:func:`tie_parts`), a node without among the ``d`` grid points; its ``l`` counts them. A
+quantile's ``rank_error`` is its node's ``l`` plus ``1 - alpha_B`` and ``alpha_B`` times the
+rank errors of the cuts at its branch's ends (:mod:`.recursive`, "Accuracy"): at most the sum
+of ``l`` along its path. Everything in a plan is a function of public parameters.
 """
 
 from __future__ import annotations
@@ -41,7 +46,32 @@ from beam_dp.summaries.quantiles.parameters import (
 from beam_dp.summaries.quantiles.recursive import level_budget, recursion_levels
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
-__all__ = ["QuantileNode", "QuantilePlan", "plan_quantiles", "quantile_rounds", "rank_errors"]
+__all__ = [
+    "MAX_CUTS",
+    "TIE_PARTS",
+    "QuantileNode",
+    "QuantilePlan",
+    "plan_quantiles",
+    "quantile_rounds",
+    "rank_errors",
+    "tie_parts",
+]
+
+#: A block of tied values at a split point is cut at one of ``TIE_PARTS + 1`` evenly spaced
+#: places (``Q``): a cut's best position is within ``1 / (2Q)`` of the block of its target, and
+#: a node with children pays ``ln(Q + 1)`` in its score-loss bound for the choice.
+TIE_PARTS = 64
+
+#: At most this many cuts (``d (Q + 1)``) per selection: ``Q`` is smaller on grids of more than
+#: 32 768 points (one cut at each end of a block on a grid of a million), which bounds the
+#: memory and time of a node with children by public parameters.
+MAX_CUTS = 1 << 21
+
+
+def tie_parts(num_candidates: int) -> int:
+    """``Q`` for a grid of ``num_candidates`` points: :data:`TIE_PARTS`, or fewer so that
+    ``num_candidates * (Q + 1) <= max(MAX_CUTS, 2 * num_candidates)``."""
+    return max(1, min(TIE_PARTS, MAX_CUTS // int(num_candidates) - 1))
 
 
 @dataclass(frozen=True)
@@ -56,8 +86,12 @@ class QuantileNode:
         relation: the relation whose sensitivity calibrates it.
         sensitivity: that sensitivity, in (weighted) value counts.
         loss_bound: the score-loss bound ``l`` at the plan's per-selection confidence.
-        path_loss: the sum of ``loss_bound`` from the root to this node (its rank error).
+        path_loss: the rank-error bound (``l`` part) of ``target``: ``loss_bound`` plus the
+            errors of the cuts at its branch's ends, weighted (module docstring).
         left, right: indices of the child nodes in ``QuantilePlan.nodes`` (or None).
+        second_target, second_alpha: the second quantile of a pair node (or None).
+        middle: the child between a pair node's two quantiles (or None).
+        second_path_loss: ``path_loss`` of ``second_target`` (or None).
     """
 
     target: int
@@ -73,12 +107,25 @@ class QuantileNode:
     second_target: int | None = None
     second_alpha: Fraction | None = None
     middle: int | None = None
+    second_path_loss: float | None = None
 
     @property
     def targets(self) -> tuple[int, ...]:
         if self.second_target is None:
             return (self.target,)
         return (self.target, self.second_target)
+
+    @property
+    def path_losses(self) -> tuple[float, ...]:
+        """``path_loss`` of each of :attr:`targets`."""
+        if self.second_path_loss is None:
+            return (self.path_loss,)
+        return (self.path_loss, self.second_path_loss)
+
+    @property
+    def cuts(self) -> bool:
+        """Whether the node has children, hence chooses cuts (see :mod:`.recursive`)."""
+        return any(child is not None for child in (self.left, self.middle, self.right))
 
 
 @dataclass(frozen=True)
@@ -87,6 +134,8 @@ class QuantilePlan(PlanBase):
 
     Build with :func:`plan_quantiles`. Holds the selections to run, their epsilons and
     sensitivities, and the public accuracy bounds (the shared fields: :class:`PlanBase`).
+    ``tie_parts`` is ``Q``: a node with children cuts the values tied at its point at one of
+    ``Q + 1`` places (:mod:`.recursive`).
     """
 
     split: Split
@@ -96,6 +145,7 @@ class QuantilePlan(PlanBase):
     failure_probability: float
     nodes: tuple[QuantileNode, ...]
     levels: int
+    tie_parts: int
 
     @property
     def rounds(self) -> int:
@@ -114,7 +164,11 @@ class QuantilePlan(PlanBase):
 
     def rank_errors(self) -> tuple[float, ...]:
         """Rank-error bound (the ``l`` part) of each requested quantile, in request order."""
-        by_target = {target: node.path_loss for node in self.nodes for target in node.targets}
+        by_target = {
+            target: loss
+            for node in self.nodes
+            for target, loss in zip(node.targets, node.path_losses, strict=True)
+        }
         per_distinct = [by_target[i] for i in range(len(self.distinct))]
         if self.split == "independent":
             # Outputs are sorted: each is then within the largest of the bounds.
@@ -143,6 +197,7 @@ class _Layout:
         self.relation = relation
         self.k = k
         self.num_candidates = num_candidates
+        self.parts = tie_parts(num_candidates)
         self.confidence = confidence
         self.nodes: list[QuantileNode] = []
 
@@ -164,11 +219,16 @@ class _Layout:
         branch: tuple[Fraction, Fraction],
         level: int,
         depth: int,
-        above: float,
+        ends: tuple[float, float],
         eps: Fraction,
     ) -> int:
         """A single node at the middle quantile whenever its sides fit the levels left, else a
-        joint node of two quantiles with three near-equal branches."""
+        joint node of two quantiles with three near-equal branches.
+
+        ``ends`` are the rank-error bounds of the cuts at the branch's ends (0 at the global
+        ends); a target's bound is the node's ``l`` plus ``1 - alpha`` and ``alpha`` times them
+        (:mod:`.recursive`, "Accuracy").
+        """
         lo, hi = span
         size = hi - lo + 1
         single_fits = size <= 2**depth - 1 or size - 1 <= 2 * (3 ** (depth - 1) - 1)
@@ -181,34 +241,38 @@ class _Layout:
         a_lo, a_hi = branch
         alphas = [bounded((self.distinct[p] - a_lo) / (a_hi - a_lo)) for p in picks]
         node_relation, node_epsilon = level_budget(level, self.relation, eps)
+        edges = [lo - 1, *picks, hi + 1]
+        has_children = any(edges[i + 1] - edges[i] > 1 for i in range(len(picks) + 1))
+        candidates = self.num_candidates * ((self.parts + 1) if has_children else 1)
         if len(picks) == 1:
             delta = point_sensitivity(alphas[0], node_relation, self.k)
-            bound = selection_loss(self.num_candidates, node_epsilon, delta, self.confidence)
+            bound = selection_loss(candidates, node_epsilon, delta, self.confidence)
         else:
             delta = pair_sensitivity((alphas[0], alphas[1]), node_relation, self.k)
-            bound = pair_loss(self.num_candidates, node_epsilon, delta, self.confidence)
-        path = above + bound
+            bound = pair_loss(candidates, node_epsilon, delta, self.confidence)
+        paths = [bound + float(1 - alpha) * ends[0] + float(alpha) * ends[1] for alpha in alphas]
         index = len(self.nodes)
         self.nodes.append(
             QuantileNode(
-                picks[0], alphas[0], level, node_epsilon, node_relation, delta, bound, path
+                picks[0], alphas[0], level, node_epsilon, node_relation, delta, bound, paths[0]
             )
         )
-        edges = [lo - 1, *picks, hi + 1]
         limits = [a_lo, *(self.distinct[p] for p in picks), a_hi]
+        errors = [ends[0], *paths, ends[1]]
         children = [
             self.tree(
                 (edges[i] + 1, edges[i + 1] - 1),
                 (limits[i], limits[i + 1]),
                 level + 1,
                 depth - 1,
-                path,
+                (errors[i], errors[i + 1]),
                 eps,
             )
             if edges[i + 1] - edges[i] > 1
             else None
             for i in range(len(picks) + 1)
         ]
+        pair = len(picks) == 2
         self.nodes[index] = QuantileNode(
             picks[0],
             alphas[0],
@@ -217,12 +281,13 @@ class _Layout:
             node_relation,
             delta,
             bound,
-            path,
+            paths[0],
             left=children[0],
             right=children[-1],
-            second_target=picks[1] if len(picks) == 2 else None,
-            second_alpha=alphas[1] if len(picks) == 2 else None,
-            middle=children[1] if len(picks) == 2 else None,
+            second_target=picks[1] if pair else None,
+            second_alpha=alphas[1] if pair else None,
+            middle=children[1] if pair else None,
+            second_path_loss=paths[1] if pair else None,
         )
         return index
 
@@ -246,8 +311,8 @@ def plan_quantiles(
         num_candidates: grid size ``d`` (a public upper bound on every selection's candidates).
         max_partitions: keys (partitions) one unit may contribute to; sensitivities are
             multiplied by it so that all keys together spend ``epsilon``.
-        split: ``"auto"`` (recursive when that composes fewer rounds, i.e. m >= 3; else
-            independent), ``"recursive"`` or ``"independent"``. The plan records the split used.
+        split: ``"auto"`` (the joint split for m >= 2, else one selection), ``"joint"``,
+            ``"recursive"`` or ``"independent"``. The plan records the split used.
         confidence: the probability with which all the rank-error bounds hold together.
         failure_probability: overrides ``1 - confidence`` (for two-pass plans).
         **options: ``relation``, ``max_contributions`` (``k``) and ``method``
@@ -273,7 +338,7 @@ def plan_quantiles(
     else:
         levels = recursion_levels(m, 3 if chosen_split == "joint" else 2)
         eps = base.epsilon / levels
-        layout.tree((0, m - 1), (Fraction(0), Fraction(1)), 1, levels, 0.0, eps)
+        layout.tree((0, m - 1), (Fraction(0), Fraction(1)), 1, levels, (0.0, 0.0), eps)
         if max(node.level for node in layout.nodes) != levels:  # pragma: no cover
             raise AssertionError("the recursion tree is deeper than its epsilon split assumed")
     return QuantilePlan(
@@ -285,6 +350,7 @@ def plan_quantiles(
         failure_probability=beta,
         nodes=tuple(layout.nodes),
         levels=levels,
+        tie_parts=layout.parts,
     )
 
 

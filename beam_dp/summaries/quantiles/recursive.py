@@ -1,43 +1,76 @@
-"""Many quantiles from one histogram: the recursive split (Kaplan, Schnapp, Stemmer 2022).
+"""Many quantiles from one histogram: the recursive and joint splits, on cuts of the values.
 
 The split
 ---------
-Select the middle requested quantile on the whole data; values below the chosen point ``s``
-form the left branch, values above it the right branch, and each branch recursively selects its
-quantiles, re-normalised to the branch (``alpha' = (alpha - alpha_lo) / (alpha_hi -
-alpha_lo)``), among the grid points of its side (so the outputs come out sorted). Values
-*equal* to ``s`` count one half in each branch (our tie rule: the split stays symmetric and a
-branch is never emptied by a block of ties). A branch is a :class:`_Branch`: a range of
-histogram slots whose two end slots carry the weights (powers of 1/2) left by earlier splits.
+Select the middle requested quantile on the whole data (or, in the joint split, sometimes two
+quantiles at once: :mod:`.joint`); the values below the chosen point form the left branch,
+those above it the right branch, and each branch recursively selects its quantiles,
+re-normalised to the branch (``alpha' = (alpha - alpha_lo) / (alpha_hi - alpha_lo)``), among
+the grid points of its side (so the outputs come out sorted) (Kaplan, Schnapp, Stemmer 2022).
+
+Cuts: where a block of tied values goes
+---------------------------------------
+The values *equal* to the chosen point ``s`` must be shared between the two branches, and how
+they are shared sets the children's targets: the left branch should hold ``alpha N`` values
+when ``s`` was chosen for ``alpha``. A fixed share (half each, as before issue 22) is off by up
+to half the block: on hours worked, where 54% of the rows are 40 and the median is inside that
+block, the left branch held 60% of the rows instead of 50%, and its median, released for the
+0.25-quantile, sat 4% of the rows (about 1 000 ranks) above the true one in every run. The
+right share depends on the data, so it is chosen privately, by the same selection as ``s``.
+
+A *cut* ``(j, t)`` holds every value below grid point ``j`` and ``t / Q`` of the values equal
+to it; ``Q`` (``plan.tie_parts``) is public, from the grid size alone. Its position
+``C(j, t) = Q #(x < r_j) + t #(x = r_j)`` counts those values in units of ``1 / Q``. A node
+with children selects a cut among the ``Q + 1`` cuts of every grid point of its branch
+(:meth:`_Branch.cuts`), scored by the distance from its target to the cut, and releases the
+cut's grid point; the cut itself is not released, but bounds the branches below it. A node
+without children selects a grid point by the distance from its target to the point's rank
+range in the branch (:meth:`_Branch.ranks`; 0 when some value equal to the point has the
+target rank). A branch is the values between two cuts: the ends' tied values count at the
+share of the tie between the cuts.
 
 Privacy (:func:`level_budget`)
 ------------------------------
-Each value has total weight at most 1 across the branches of a level (:meth:`_Branch.split`
-gives each side half of the tied slot and nothing else is shared), so one privacy unit's change
-moves the scores of the branches of a level by at most its ``k`` weighted values in total: with
-each branch calibrated to its own add/remove sensitivity ``max(alpha', 1-alpha') k``, a whole
-level costs ``epsilon_level`` (parallel composition), and the ``D = ceil(log2(m + 1))`` levels
-cost ``D * epsilon_level = epsilon``. Under *replace*, the root uses the replace sensitivity at
-``epsilon / D``; deeper levels see up to ``2k`` weighted additions and removals per changed unit
-(the changed values may move between branches), so each of their branches runs at
-``epsilon / (2D)`` with the add/remove sensitivity. The same accounting holds in zCDP for the
-exponential mechanism (each level is ``epsilon_level``-bounded-range).
+Given the cuts chosen by the earlier levels, the branches of a level are disjoint ranges of
+cuts: every value lies in one branch, except values tied at a cut's grid point, whose shares
+over the branches add up to 1. So a value's weights over the branches of a level add up to at
+most 1, and one privacy unit's change moves the branches' weighted counts by at most its ``k``
+values in total. A value of weight ``w`` moves a cut's position in its branch by ``f w``
+(``f`` in ``[0, 1]``: the share of the value below the cut) and the branch's weight ``n`` by
+``w``, so ``C - alpha n`` moves by at most ``max(alpha, 1 - alpha) w`` (add/remove); so do both
+ends of a rank range, hence the distance to it; with ``n`` fixed (replace) a removal and an
+addition move it by at most ``w``. These are the single-quantile sensitivities
+(:func:`~.utility.point_sensitivity`; :func:`~.joint.pair_sensitivity` for a pair), so with
+each branch calibrated to its own add/remove sensitivity, a whole level costs
+``epsilon_level`` (parallel composition, adaptive: each level's mechanisms are chosen given
+the earlier levels' outputs, cuts included), and the ``D`` levels cost ``D * epsilon_level =
+epsilon``. Under *replace*, the root uses the replace sensitivity at ``epsilon / D``; deeper
+levels see up to ``2k`` weighted additions and removals per changed unit (the changed values
+may move between branches), so each of their branches runs at ``epsilon / (2D)`` with the
+add/remove sensitivity. The same accounting holds in zCDP for the exponential mechanism (each
+level is ``epsilon_level``-bounded-range). The release drops the cuts (post-processing).
 
 Independent selections (``split="independent"``) are ``m`` selections on the whole histogram
-at ``epsilon / m`` each (basic composition); the outputs are sorted (post-processing).
+at ``epsilon / m`` each (basic composition); the outputs are sorted (post-processing). They use
+the tie-neutral single-quantile score of :mod:`.utility`.
 
 Accuracy
 --------
-For the recursive split, a branch ``B`` whose ends are earlier outputs ``s_lo, s_hi`` holds
-the weighted values between them; ``C_B`` is the weight to its left. For every candidate ``r``
-of ``B`` the global rank interval of ``r`` contains ``C_B + [L_B, L_B + E_B]`` (also at the two
-end points, where ``B`` holds only part of the tie), so
-``e(r) <= e_B(r) + |alpha N - C_B - alpha_B n_B|``. The second term is an affine function of
-``alpha`` on ``[alpha_lo, alpha_hi]`` that is bounded at each end by the rank error of that
-end's output plus its ties, and is 0 at the global ends. By induction along the path from the
-root, the rank error of a quantile at depth ``h`` is at most the sum of ``l + OPT + ties``
-over the ``h`` selections on its path (see :mod:`.utility` for one selection);
-``rank_error`` reports the sum of the ``l`` terms.
+In value units (``C / Q``, written ``C`` here): a node at ``alpha_B`` in the branch between
+the cuts ``lo`` and ``hi``, whose targets are ``alpha_lo`` and ``alpha_hi`` (0 and 1 at the
+global ends), aims at ``C(lo) + alpha_B (C(hi) - C(lo))``, and
+
+    alpha N - C(lo) - alpha_B (C(hi) - C(lo))
+        = (1 - alpha_B) (alpha_lo N - C(lo)) + alpha_B (alpha_hi N - C(hi)),
+
+so the distance from ``alpha N`` to its output (a cut, or the point's rank range) is at most
+its own selection's distance in the branch plus ``1 - alpha_B`` and ``alpha_B`` times the
+errors of the cuts at the branch's ends (0 at the global ends). A selection's own distance is
+at most its score loss ``l`` (with probability ``1 - beta``) plus the best its candidates
+allow: 0 for a grid point whose rank range holds the target, at most ``1 / (2Q)`` of the
+values tied at that point for a cut (for a pair, the best pair's, where the two best distances
+can add up). :meth:`QuantilePlan.rank_errors` reports the ``l`` part of this recursion (see
+:mod:`.planning`).
 """
 
 from __future__ import annotations
@@ -51,15 +84,21 @@ import numpy.typing as npt
 
 from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource, as_random_source
-from beam_dp.summaries.histogram import Grid
+from beam_dp.scores._exact import check_fits_int64
+from beam_dp.summaries.histogram import Grid, less_greater
 from beam_dp.summaries.quantiles.joint import pair_scores, select_pair
-from beam_dp.summaries.quantiles.parameters import HistogramLike, RngLike, dense_counts
+from beam_dp.summaries.quantiles.parameters import (
+    HistogramLike,
+    RngLike,
+    dense_counts,
+    private_choice,
+)
 from beam_dp.summaries.quantiles.utility import QuantileSelection, select_point
 
 if TYPE_CHECKING:
     from beam_dp.summaries.quantiles.planning import QuantileNode, QuantilePlan
 
-__all__ = ["level_budget", "recursion_levels", "select_quantiles"]
+__all__ = ["Cut", "level_budget", "recursion_levels", "select_quantiles"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -92,89 +131,175 @@ def level_budget(
     return "add_remove", level_epsilon
 
 
-@dataclass(frozen=True)
-class _Branch:
-    """The weighted part of the histogram a node selects on: slots ``[first, last]``.
+@dataclass(frozen=True, order=True)
+class Cut:
+    """Every value below grid point ``point`` and ``part / Q`` of the values equal to it.
 
-    Interior slots have weight 1; ``first`` and ``last`` have weights ``first_weight`` and
-    ``last_weight`` (powers of 1/2: halves of tied values at earlier split points). When
-    ``first == last`` the one slot's weight is ``first_weight``.
+    Cuts are ordered as their positions are: by point, then by part.
     """
 
-    first: int
-    last: int
-    first_weight: Fraction = Fraction(1)
-    last_weight: Fraction = Fraction(1)
+    point: int
+    part: int
 
-    def weight(self, slot: int) -> Fraction:
-        if slot == self.first:
-            return self.first_weight
-        if slot == self.last:
-            return self.last_weight
-        return Fraction(1)
+
+class _Lattice:
+    """The position of every cut of one histogram, in units of ``1 / parts`` value.
+
+    Attributes:
+        parts: ``Q``.
+        below: ``Q #(x < r_j)`` for every grid point ``j``.
+        equal: ``#(x = r_j)``.
+        total: ``Q N``.
+    """
+
+    def __init__(self, counts: IntArray, parts: int) -> None:
+        cumulative = np.cumsum(counts)
+        check_fits_int64(8 * parts * int(cumulative[-1]), "quantile cut positions")
+        self.parts = parts
+        self.below: IntArray = cumulative[0:-1:2] * parts
+        self.equal: IntArray = counts[1::2].astype(np.int64)
+        self.total = int(cumulative[-1]) * parts
 
     @property
-    def candidates(self) -> tuple[int, int]:
-        """The first and last grid index whose point slot (``2j + 1``) is in the branch."""
-        return (self.first) // 2, (self.last - 1) // 2
+    def num_points(self) -> int:
+        return int(self.equal.size)
 
-    def split(self, index: int) -> tuple[_Branch, _Branch]:
-        """The two branches below the chosen grid point ``index``.
+    def position(self, cut: Cut) -> int:
+        return int(self.below[cut.point]) + cut.part * int(self.equal[cut.point])
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """The values between two cuts (``None``: the global end)."""
+
+    low: Cut | None = None
+    high: Cut | None = None
+
+    def points(self, num_points: int) -> tuple[int, int]:
+        """The first and last grid point of the branch (its candidates)."""
+        first = 0 if self.low is None else self.low.point
+        last = num_points - 1 if self.high is None else self.high.point
+        return first, last
+
+    def split(self, cut: Cut) -> tuple[_Branch, _Branch]:
+        """The two branches either side of ``cut``.
 
         Privacy:
-            The tied slot ``2 index + 1`` goes to both sides at half its weight and every
-            other slot to exactly one side, so a value's weights over the branches of a
-            level add up to at most 1 (the parallel composition of the module docstring).
+            Every value of this branch is in exactly one of them, except the values tied at
+            ``cut.point``, which are shared between them (their shares add up to this branch's
+            share): a value's weights over the branches of a level add up to at most 1.
         """
-        slot = 2 * index + 1
-        half = self.weight(slot) / 2
-        if slot == self.first:
-            left = _Branch(slot, slot, half, half)
-        else:
-            left = _Branch(self.first, slot, self.first_weight, half)
-        if slot == self.last:
-            right = _Branch(slot, slot, half, half)
-        else:
-            right = _Branch(slot, self.last, half, self.last_weight)
-        return left, right
+        return _Branch(self.low, cut), _Branch(cut, self.high)
 
-    def less_greater(self, counts: IntArray) -> tuple[IntArray, IntArray, int]:
-        """Weighted ``(L, G)`` of the branch's candidates, as integers times ``scale``."""
-        less, _, greater, scale = self.less_equal_greater(counts)
-        return less, greater, scale
+    def _ends(self, lattice: _Lattice) -> tuple[int, int]:
+        start = 0 if self.low is None else lattice.position(self.low)
+        end = lattice.total if self.high is None else lattice.position(self.high)
+        return start, end
 
-    def less_equal_greater(self, counts: IntArray) -> tuple[IntArray, IntArray, IntArray, int]:
-        """Weighted ``(L, E, G)`` of the branch's candidates, as integers times ``scale``."""
-        scale = max(self.first_weight.denominator, self.last_weight.denominator)
-        segment = counts[self.first : self.last + 1] * scale
-        segment[0] = counts[self.first] * int(self.first_weight * scale)
-        if self.last != self.first:
-            segment[-1] = counts[self.last] * int(self.last_weight * scale)
-        cumulative = np.cumsum(segment)
-        total = cumulative[-1]
-        low, high = self.candidates
-        positions = 2 * np.arange(low, high + 1, dtype=np.int64) + 1 - self.first
-        equal: IntArray = segment[positions]
-        less: IntArray = cumulative[positions] - equal
-        greater: IntArray = total - cumulative[positions]
-        return less, equal, greater, scale
+    def ranks(self, lattice: _Lattice) -> tuple[int, IntArray, IntArray, int]:
+        """``(first, low, high, n)``: each grid point's rank range ``[low, high]`` in the branch.
+
+        ``low[i]`` and ``high[i]`` are the branch's weighted values below point ``first + i``
+        and below or equal to it, and ``n`` the branch's weight, all in units of ``1 / Q``.
+        """
+        first, last = self.points(lattice.num_points)
+        start, end = self._ends(lattice)
+        low: IntArray = lattice.below[first : last + 1] - start
+        high: IntArray = low + lattice.equal[first : last + 1] * lattice.parts
+        if self.low is not None:
+            low[0] = 0
+        if self.high is not None:
+            high[-1] = end - start
+        return first, low, high, end - start
+
+    def cuts(self, lattice: _Lattice) -> tuple[IntArray, IntArray, IntArray, int]:
+        """``(points, parts, positions, n)``: every cut in the branch, in order, with its
+        position in the branch (units of ``1 / Q``) and the branch's weight ``n``."""
+        first, last = self.points(lattice.num_points)
+        start, end = self._ends(lattice)
+        width = lattice.parts + 1
+        points = np.repeat(np.arange(first, last + 1, dtype=np.int64), width)
+        parts = np.tile(np.arange(width, dtype=np.int64), last - first + 1)
+        keep = np.ones(points.size, dtype=bool)
+        if self.low is not None:
+            keep &= (points != first) | (parts >= self.low.part)
+        if self.high is not None:
+            keep &= (points != last) | (parts <= self.high.part)
+        points, parts = points[keep], parts[keep]
+        positions: IntArray = lattice.below[points] + parts * lattice.equal[points] - start
+        return points, parts, positions, end - start
 
 
-def _select_node(
-    counts: IntArray,
-    grid: Grid,
+def range_scores(low: IntArray, high: IntArray, n: int, alpha: Fraction) -> tuple[IntArray, int]:
+    """``-dist(alpha n, [low, high])`` for every candidate, as integers times ``common``.
+
+    ``common`` is ``alpha``'s denominator. A cut is a range with ``low == high``.
+    """
+    common = alpha.denominator
+    check_fits_int64(2 * common * max(n, 1), "quantile scores")
+    target = alpha.numerator * n
+    above = np.maximum(common * low - target, 0)
+    below = np.maximum(target - common * high, 0)
+    return -(above + below), common
+
+
+def _select_single(
+    lattice: _Lattice,
     branch: _Branch,
     node: QuantileNode,
     plan: QuantilePlan,
     source: RandomSource,
+) -> tuple[int, Cut | None]:
+    """One quantile in ``branch``: its grid point, and its cut when the node has children."""
+    if node.cuts:
+        points, parts, positions, n = branch.cuts(lattice)
+        low = high = positions
+    else:
+        first, low, high, n = branch.ranks(lattice)
+    scores, common = range_scores(low, high, n, node.alpha)
+    sensitivity = node.sensitivity * common * lattice.parts
+    i = private_choice(scores, node.epsilon, sensitivity, plan.method, source)
+    if node.cuts:
+        return int(points[i]), Cut(int(points[i]), int(parts[i]))
+    return first + i, None
+
+
+def _select_pair_node(
+    lattice: _Lattice,
+    branch: _Branch,
+    node: QuantileNode,
+    plan: QuantilePlan,
+    source: RandomSource,
+) -> tuple[tuple[int, int], tuple[Cut, Cut] | None]:
+    """Two quantiles in ``branch`` at once (:mod:`.joint`): their grid points, and their cuts
+    when the node has children."""
+    assert node.second_alpha is not None
+    if node.cuts:
+        points, parts, positions, n = branch.cuts(lattice)
+        low = high = positions
+    else:
+        first, low, high, n = branch.ranks(lattice)
+    scale = lattice.parts
+    alphas = (node.alpha, node.second_alpha)
+    first_scores, second_scores, common = pair_scores(low, high - low, n - high, alphas)
+    rate = node.epsilon / (2 * node.sensitivity * common * scale)
+    i, j = select_pair(first_scores, second_scores, rate, source)
+    if node.cuts:
+        cuts = (Cut(int(points[i]), int(parts[i])), Cut(int(points[j]), int(parts[j])))
+        return (cuts[0].point, cuts[1].point), cuts
+    return (first + i, first + j), None
+
+
+def _select_independent(
+    counts: IntArray, grid: Grid, node: QuantileNode, plan: QuantilePlan, source: RandomSource
 ) -> int:
-    less, greater, scale = branch.less_greater(counts)
+    less, greater = less_greater(counts)
     return select_point(
         grid,
-        branch.candidates,
+        (0, grid.num_points - 1),
         less,
         greater,
-        scale,
+        1,
         alpha=node.alpha,
         relation=node.relation,
         epsilon=node.epsilon,
@@ -183,22 +308,6 @@ def _select_node(
         method=plan.method,
         source=source,
     )
-
-
-def _select_pair_node(
-    counts: IntArray,
-    branch: _Branch,
-    node: QuantileNode,
-    plan: QuantilePlan,
-    source: RandomSource,
-) -> tuple[int, int]:
-    assert node.second_alpha is not None
-    less, equal, greater, scale = branch.less_equal_greater(counts)
-    first, second, common = pair_scores(less, equal, greater, (node.alpha, node.second_alpha))
-    rate = node.epsilon / (2 * node.sensitivity * common * scale)
-    low, _ = branch.candidates
-    i, j = select_pair(first, second, rate, source)
-    return low + i, low + j
 
 
 def select_quantiles(
@@ -229,27 +338,29 @@ def select_quantiles(
     counts = dense_counts(histogram, grid)
     source = as_random_source(rng)
     chosen: dict[int, int] = {}
-    root = _Branch(0, grid.num_slots - 1)
     if plan.split == "independent":
         for node in plan.nodes:
-            chosen[node.target] = _select_node(counts, grid, root, node, plan, source)
+            chosen[node.target] = _select_independent(counts, grid, node, plan, source)
         chosen = dict(enumerate(sorted(chosen.values())))
     else:
-        stack: list[tuple[int, _Branch]] = [(0, root)]
+        lattice = _Lattice(counts, plan.tie_parts)
+        stack: list[tuple[int, _Branch]] = [(0, _Branch())]
         while stack:
             index, branch = stack.pop()
             node = plan.nodes[index]
+            children: list[tuple[int | None, _Branch]] = []
             if node.second_target is None:
-                picked = _select_node(counts, grid, branch, node, plan, source)
-                chosen[node.target] = picked
-                left, right = branch.split(picked)
-                children = [(node.left, left), (node.right, right)]
+                chosen[node.target], cut = _select_single(lattice, branch, node, plan, source)
+                if cut is not None:
+                    left, right = branch.split(cut)
+                    children = [(node.left, left), (node.right, right)]
             else:
-                first, second = _select_pair_node(counts, branch, node, plan, source)
-                chosen[node.target], chosen[node.second_target] = first, second
-                left, rest = branch.split(first)
-                middle, right = rest.split(second)
-                children = [(node.left, left), (node.middle, middle), (node.right, right)]
+                picked, cuts = _select_pair_node(lattice, branch, node, plan, source)
+                chosen[node.target], chosen[node.second_target] = picked
+                if cuts is not None:
+                    left, rest = branch.split(cuts[0])
+                    middle, right = rest.split(cuts[1])
+                    children = [(node.left, left), (node.middle, middle), (node.right, right)]
             stack.extend((child, part) for child, part in children if child is not None)
     position = {q: i for i, q in enumerate(plan.distinct)}
     indices = tuple(chosen[position[q]] for q in plan.quantiles)

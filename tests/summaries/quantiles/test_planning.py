@@ -12,6 +12,7 @@ from beam_dp.summaries.quantiles import (
     plan_quantiles,
     quantile_rounds,
 )
+from beam_dp.summaries.quantiles.planning import MAX_CUTS, TIE_PARTS, tie_parts
 
 
 def test_recursive_plan_spends_epsilon_once_per_level() -> None:
@@ -72,16 +73,64 @@ def test_one_quantile_rank_error_is_the_utility_guarantee() -> None:
     assert plan.rank_errors() == (plan.rank_error,)
 
 
-def test_recursive_rank_errors_sum_the_losses_along_each_path() -> None:
+def test_rank_errors_add_the_weighted_errors_of_the_branch_ends() -> None:
+    """Quartiles: the root (0.5) chooses among the d (Q + 1) cuts, each child among the d grid
+    points, and a child's bound is its own l plus 1/2 of the root's (alpha = 1/2 in its
+    branch, whose other end is a global end)."""
     plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=1.0, num_candidates=100)
 
     root = plan.nodes[0]
     per_selection = 1 - 0.05 / 3
-    loss = score_loss_bound(100, epsilon=0.5, sensitivity=0.5, confidence=per_selection)
-    assert root.loss_bound == pytest.approx(loss)
+    cut_loss = score_loss_bound(
+        100 * (plan.tie_parts + 1), epsilon=0.5, sensitivity=0.5, confidence=per_selection
+    )
+    point_loss = score_loss_bound(100, epsilon=0.5, sensitivity=0.5, confidence=per_selection)
+    assert plan.tie_parts == TIE_PARTS and root.cuts
+    assert root.loss_bound == pytest.approx(cut_loss)
     errors = plan.rank_errors()
-    assert errors[1] == pytest.approx(loss)
-    assert errors[0] == pytest.approx(2 * loss) == errors[2]
+    assert errors[1] == pytest.approx(cut_loss)
+    assert errors[0] == pytest.approx(point_loss + cut_loss / 2) == errors[2]
+
+
+def test_deeper_bounds_weigh_both_ends_and_stay_below_the_path_sum() -> None:
+    quantiles = [i / 8 for i in range(1, 8)]
+    plan = plan_quantiles(quantiles, epsilon=1.0, num_candidates=1000, split="recursive")
+    by_target = {node.target: node for node in plan.nodes}
+    # 3/8 is the median of the branch between the cuts for 1/4 and 1/2.
+    node = by_target[2]
+    assert node.alpha == Fraction(1, 2) and not node.cuts
+    quarter, half = by_target[1], by_target[3]
+    assert node.path_loss == pytest.approx(
+        node.loss_bound + quarter.path_loss / 2 + half.path_loss / 2
+    )
+    path_sum = node.loss_bound + quarter.loss_bound + half.loss_bound
+    assert node.path_loss < path_sum
+
+
+def test_pair_nodes_carry_one_bound_per_quantile() -> None:
+    plan = plan_quantiles([i / 7 for i in range(1, 7)], epsilon=1.0, num_candidates=50)
+    root = plan.nodes[0]
+    assert root.second_target is not None and root.cuts
+    assert root.path_losses == (root.loss_bound, root.loss_bound)  # both ends are global
+    errors = plan.rank_errors()
+    assert errors[root.target] == errors[root.second_target] == root.loss_bound
+    middle = plan.nodes[root.middle]  # type: ignore[index]
+    assert middle.second_path_loss is not None and not middle.cuts
+    assert middle.path_losses == pytest.approx(
+        tuple(
+            middle.loss_bound + float(1 - a) * root.loss_bound + float(a) * root.loss_bound
+            for a in (middle.alpha, middle.second_alpha)
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("points", "parts"),
+    [(2, 64), (101, 64), (32_263, 64), (32_264, 63), (10**6, 1), (3 * 10**6, 1)],
+)
+def test_tie_parts_shrink_on_large_grids_only(points: int, parts: int) -> None:
+    assert tie_parts(points) == parts
+    assert points * (parts + 1) <= max(MAX_CUTS, 2 * points)
 
 
 @pytest.mark.parametrize("split", ["auto", "recursive", "independent"])
