@@ -120,12 +120,15 @@ _CANONICAL_INT = r"^(0|-?[1-9][0-9]{0,18})$"
 _MINUS, _ZERO, _NINE = ord("-"), ord("0"), ord("9")
 # A number after the text rule (lower case, stripped): sign, digits, point, exponent.
 _NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)(e[+-]?[0-9]+)?$"
-# The plain forms of a whole number: sign, digits, and a point with nothing or zeros after it.
-_PLAIN_WHOLE = r"^(?P<sign>[+-]?)(?P<digits>[0-9]+)(?:[.]0*)?$"
+# The plain forms of a whole number of at most 18 significant digits: sign, leading zeros,
+# digits, and a point with nothing or zeros after it.
+_PLAIN_WHOLE = r"^[+-]?0*[0-9]{1,18}([.]0*)?$"
 _FIRST_OF_NUMBER = np.zeros(256, dtype=bool)
 _FIRST_OF_NUMBER[[ord(c) for c in "+-.0123456789"]] = True
 _LAST_OF_NUMBER = np.zeros(256, dtype=bool)
 _LAST_OF_NUMBER[[ord(c) for c in ".0123456789"]] = True
+_IN_NUMBER = np.zeros(256, dtype=bool)
+_IN_NUMBER[[ord(c) for c in "+-.0123456789e"]] = True
 
 
 def _ascii_trimmed() -> npt.NDArray[np.bool_]:
@@ -274,9 +277,13 @@ def _as_binary(array: pa.Array) -> pa.Array:
     return array
 
 
-def _hash_bytes(array: pa.Array) -> U64:
-    """Hash every value of a string/binary Arrow array from its bytes (nulls: arbitrary)."""
-    offsets, data = _offsets_and_data(_as_binary(array))
+def _hash_bytes(
+    array: pa.Array,
+    layout: tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]] | None = None,
+) -> U64:
+    """Hash every value of a string/binary Arrow array from its bytes (nulls: arbitrary);
+    ``layout`` is the array's :func:`_offsets_and_data` when the caller has it already."""
+    offsets, data = _offsets_and_data(_as_binary(array)) if layout is None else layout
     starts = offsets[:-1]
     lengths = np.diff(offsets)
     # Horner's rule over byte positions: one vectorised pass per position, all strings at once.
@@ -339,28 +346,41 @@ def _hash_exact_text(array: pa.Array) -> tuple[U64, Mask]:
 # --- the text rule ("normalize"), vectorised -------------------------------------------------
 
 
-def _normal_text(array: pa.Array) -> pa.Array:
-    """NFD, lower case, surrounding white space stripped, NFD: each kernel only if needed.
+Layout = tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]
 
-    The scans decide only whether a kernel is called on the whole column; a kernel that is
-    skipped would have changed nothing, so a row's text never depends on its batch.
+
+def _normal_text(array: pa.Array) -> tuple[pa.Array, Layout]:
+    """NFD, lower case, surrounding white space stripped, NFD: each kernel only where needed.
+
+    Returns the text and its :func:`_offsets_and_data`. Rows of ASCII text take the ASCII
+    kernels (the same result as the Unicode ones on ASCII), the others the Unicode ones; a
+    scan decides only whether the stripping kernel runs (it would change nothing where it is
+    skipped), so a row's text never depends on its batch.
     """
-    offsets, data = _offsets_and_data(_as_binary(array))
+    layout = _offsets_and_data(_as_binary(array))
+    offsets, data = layout
     used = data[int(offsets[0]) : int(offsets[-1])]
     if used.size == 0:
-        return array
-    if bool((used >= 0x80).any()):  # some text beyond ASCII: the full Unicode rule
-        array = pc.utf8_normalize(array, form="NFD")
-        array = pc.utf8_trim_whitespace(pc.utf8_lower(array))
-        return pc.utf8_normalize(array, form="NFD")
-    if bool(((used >= ord("A")) & (used <= ord("Z"))).any()):
-        array = pc.ascii_lower(array)  # on ASCII text, the same as utf8_lower
-    lengths = np.diff(offsets)
-    filled = lengths > 0
-    ends = np.concatenate([data[offsets[:-1][filled]], data[offsets[1:][filled] - 1]])
-    if bool(_ASCII_SPACE[ends].any()):
-        array = pc.utf8_trim_whitespace(array)
-    return array
+        return array, layout
+    lowered = pc.ascii_lower(array)  # cheaper than a scan for capitals
+    if int(used.max()) >= 0x80:  # some text beyond ASCII: the Unicode rule on those rows
+        unicode_rows = pc.invert(pc.fill_null(pc.string_is_ascii(array), True))
+        text = pc.utf8_normalize(array.filter(unicode_rows), form="NFD")
+        text = pc.utf8_trim_whitespace(pc.utf8_lower(text))
+        text = pc.utf8_normalize(text, form="NFD")
+        lowered = pc.replace_with_mask(lowered, unicode_rows, text)
+    offsets, data = layout = _offsets_and_data(_as_binary(lowered))
+    if data.size == 0:
+        return lowered, layout
+    # strip if the first or last byte of any row is ASCII white space (the Unicode rows are
+    # stripped already; an empty row reads a neighbour's byte: at worst a needless pass)
+    ends = np.concatenate(
+        [data.take(offsets[:-1], mode="clip"), data.take(offsets[1:] - 1, mode="clip")]
+    )
+    if _ASCII_SPACE[ends].any():
+        lowered = pc.utf8_trim_whitespace(lowered)
+        layout = _offsets_and_data(_as_binary(lowered))
+    return lowered, layout
 
 
 def _number_unit(text: str) -> int | str | None:
@@ -400,11 +420,36 @@ def _number_unit(text: str) -> int | str | None:
     return sign + shown
 
 
+def _maybe_numbers(
+    offsets: npt.NDArray[np.int64], data: npt.NDArray[np.uint8], lengths: npt.NDArray[np.int64]
+) -> Mask:
+    """Rows that may be a number: a cheap, exact prefilter (a number passes it).
+
+    A number starts with a sign, a point or a digit, ends with a point or a digit, and holds
+    only digits, signs, points and ``e``: a few byte positions of each row are checked
+    (first, last, and five inside), so a column of ids with letters rarely reaches the
+    regular expressions.
+    """
+    top = data.size - 1
+    starts = np.minimum(offsets[:-1], top)  # an empty row at the end points past the data
+    last = np.maximum(lengths - 1, 0)
+    maybe: Mask = _FIRST_OF_NUMBER[data[starts]] & _LAST_OF_NUMBER[data[starts + last]]
+    rows = np.flatnonzero(maybe)  # most id columns: few or none
+    if rows.size:
+        inside = np.ones(rows.size, dtype=bool)
+        row_starts, row_last = starts[rows], last[rows]
+        for numerator, denominator in ((1, 2), (1, 4), (3, 4), (1, 8), (7, 8)):
+            inside &= _IN_NUMBER[data[row_starts + row_last * numerator // denominator]]
+        maybe[rows] = inside
+    return maybe
+
+
 class _TextUnits:
     """The units of a column of text under the ``"normalize"`` rule (see the module docstring).
 
     Attributes:
         text: the text after the text rule (NFD, lower case, stripped), nulls kept.
+        layout: the offsets and bytes of ``text``.
         bad: nulls and blank text.
         as_int: rows that are an integer in the int64 range, whose values are in ``ints``.
         special: other numbers: row -> the canonical text of the number (an integer beyond
@@ -412,17 +457,19 @@ class _TextUnits:
         rest: rows hashed by the bytes of ``text``.
     """
 
-    __slots__ = ("as_int", "bad", "ints", "rest", "special", "text")
+    __slots__ = ("as_int", "bad", "ints", "layout", "rest", "special", "text")
 
     def __init__(
         self,
         text: pa.Array,
+        layout: Layout,
         bad: Mask,
         as_int: Mask,
         ints: npt.NDArray[np.int64],
         special: dict[int, str],
     ) -> None:
         self.text = text
+        self.layout = layout
         self.bad = bad
         self.as_int = as_int
         self.ints = ints
@@ -435,8 +482,8 @@ class _TextUnits:
     @classmethod
     def read(cls, array: pa.Array) -> _TextUnits:
         """Apply the text rule to a string array and read its numbers."""
-        text = _normal_text(array)
-        offsets, data = _offsets_and_data(_as_binary(text))
+        text, layout = _normal_text(array)
+        offsets, data = layout
         lengths = np.diff(offsets)
         n = len(text)
         bad = _null_mask(text) | (lengths == 0)
@@ -444,33 +491,31 @@ class _TextUnits:
         ints = np.zeros(n, dtype=np.int64)
         special: dict[int, str] = {}
         filled = ~bad
-        first = np.zeros(n, dtype=np.uint8)
-        last = np.zeros(n, dtype=np.uint8)
-        first[filled] = data[offsets[:-1][filled]]
-        last[filled] = data[offsets[1:][filled] - 1]
-        # only text that starts and ends as a number can be one (most id columns: no row)
-        maybe = filled & _FIRST_OF_NUMBER[first] & _LAST_OF_NUMBER[last]
-        if maybe.any():
+        maybe = filled & _maybe_numbers(offsets, data, lengths) if filled.any() else filled
+        rows = np.flatnonzero(maybe)
+        if rows.size:
+            subset = text if rows.size == n else text.take(pa.array(rows))
             # 1. digits only, at most 18 of them: one cast (Arrow reads leading zeros)
-            digits_only = maybe & _flags(pc.ascii_is_decimal(text))
-            short = digits_only & (lengths <= 18)
+            short = _flags(pc.ascii_is_decimal(subset)) & (lengths[rows] <= 18)
             if short.any():
-                as_int |= short
-                ints[short] = _cast_int64(text, short)[short]
+                as_int[rows[short]] = True
+                ints[rows[short]] = _cast_int64(subset, short)[short]
             # 2. other plain whole numbers ("+12", "12.0", "0012"): one regex, one cast
-            rows = np.flatnonzero(maybe & ~short)
-            if rows.size:
-                fits, values = _plain_whole(text.take(pa.array(rows)))
-                as_int[rows[fits]] = True
-                ints[rows[fits]] = values[fits]
+            others = ~short
+            if others.any():
+                rest = subset if not short.any() else subset.filter(pa.array(others))
+                fits, values = _plain_whole(rest)
+                other_rows = rows[others]
+                as_int[other_rows[fits]] = True
+                ints[other_rows[fits]] = values[fits]
                 # 3. exponents, fractions, more than 18 digits: one by one (rare in ids)
-                special = _other_numbers(text, rows[~fits], as_int, ints)
-        return cls(text, bad, as_int, ints, special)
+                special = _other_numbers(text, other_rows[~fits], as_int, ints)
+        return cls(text, layout, bad, as_int, ints, special)
 
     def hashes(self) -> U64:
         """The hash of every row (arbitrary where ``bad``)."""
         if self.rest.all():
-            return _hash_bytes(self.text)
+            return _hash_bytes(self.text, self.layout)
         hashes = np.zeros(len(self.text), dtype=np.uint64)
         if self.as_int.any():
             hashes[self.as_int] = _mix(self.ints[self.as_int].view(np.uint64))
@@ -497,19 +542,28 @@ def _flags(mask: pa.Array) -> Mask:
 
 def _plain_whole(text: pa.Array) -> tuple[Mask, npt.NDArray[np.int64]]:
     """Which entries are a plain whole number of at most 18 significant digits, and its value
-    (sign, digits, and a point with nothing or zeros after it)."""
-    parts = pc.extract_regex(text, _PLAIN_WHOLE)
-    plain = _flags(pc.is_valid(parts))
+    (sign, leading zeros, digits, and a point with nothing or zeros after it).
+
+    One regular expression without captures (a DFA pass), then Arrow's float parser, which
+    rounds correctly: the text is a whole number, so below 2**53 it is parsed exactly; the
+    rare larger ones are parsed again as exact decimals.
+    """
+    fits = _flags(pc.match_substring_regex(text, _PLAIN_WHOLE))
     values = np.zeros(len(text), dtype=np.int64)
-    if not plain.any():
-        return plain, values
-    digits = pc.utf8_ltrim(pc.struct_field(parts, "digits"), characters="0")
-    digit_count = np.asarray(pc.fill_null(pc.utf8_length(digits), 99).to_numpy())
-    fits = plain & (digit_count <= 18)
-    if fits.any():
-        values = _cast_int64(pc.if_else(pc.equal(digits, ""), "0", digits), fits)
-        negative = fits & _flags(pc.equal(pc.struct_field(parts, "sign"), "-"))
-        values[negative] = -values[negative]
+    if not fits.any():
+        return fits, values
+    chosen = text if fits.all() else text.filter(pa.array(fits))
+    parsed = np.asarray(pc.cast(chosen, pa.float64()).to_numpy(zero_copy_only=False))
+    exact = np.abs(parsed) < 2.0**53
+    numbers = np.where(exact, parsed, 0.0).astype(np.int64)
+    if not exact.all():
+        large = chosen.filter(pa.array(~exact))
+        try:
+            decimals = pc.cast(pc.cast(large, pa.decimal128(38, 0)), pa.int64())
+            numbers[~exact] = decimals.to_numpy(zero_copy_only=False)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # e.g. 40 leading zeros
+            numbers[~exact] = [int(decimal.Decimal(entry)) for entry in large.to_pylist()]
+    values[fits] = numbers
     return fits, values
 
 

@@ -86,6 +86,11 @@ def test_number_forms_of_one_integer_are_one_unit() -> None:
         [2**63 - 1, -(2**63)]
     )
     assert len(set(_one(["12", "13", "120", "1.2", "12.5", "-12"]))) == 6
+    # beyond 2**53 a float parse would round: these are read exactly
+    big = [2**53 + 1, -(10**18) + 1, 2**63 - 1]
+    assert _one([f"{b}.0" for b in big] + ["+" + "0" * 40 + str(2**53 + 1) + "."]) == _ref(
+        [*big, 2**53 + 1]
+    )
 
 
 def test_numbers_that_are_not_whole_are_their_shortest_decimal() -> None:
