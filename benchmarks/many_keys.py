@@ -291,7 +291,7 @@ def per_key_job_seconds(num_keys: int, d: int, method: str) -> float:
             | TopCandidates.PerKey(
                 candidate_column="c",
                 candidates=candidates,
-                unit_column=None,
+                record_level=True,
                 key_column="key",
                 keys=keys,
                 epsilon=EPSILON,

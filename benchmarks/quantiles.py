@@ -441,6 +441,7 @@ def beam_median(path: Path, rows: int, bounded: bool) -> float:
                 upper=UPPER,
                 epsilon=EPSILON,
                 unit_column="unit" if bounded else None,
+                record_level=not bounded,
                 max_contributions=10 if bounded else 1,
             )
             | beam.Map(lambda release: None)

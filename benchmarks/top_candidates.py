@@ -16,7 +16,7 @@ exists): ``user_id`` (int64, 10^6 units, ~10 rows each, uniform) and ``site`` (a
   the distinct-unit counts (deduplicate ``(unit, candidate)`` with ``np.unique``).
 * **beam-dp on the DirectRunner** (its in-process FnApiRunner, one worker):
   ``ReadFromParquetBatched | TopCandidates.Globally`` *without* contribution bounding
-  (``unit_column=None``: record-level privacy, every row its own unit; no shuffle) and *with*
+  (``record_level=True``: record-level privacy, every row its own unit; no shuffle) and *with*
   it (``unit_column="user_id"``: row batches shuffled by the stable unit hash, deduplicated per
   unit; the score is the number of distinct units per site).
 * **PipelineDP 0.3.1** ``DPEngine.aggregate`` with ``Metrics.COUNT`` per public partition
@@ -207,6 +207,7 @@ def beam_top_candidates(path: Path, labels: list[str], unit_column: str | None) 
                     candidate_column="site",
                     candidates=labels,
                     unit_column=unit_column,
+                    record_level=unit_column is None,
                     epsilon=EPSILON,
                 )
                 | beam.Map(lambda release: release.value)

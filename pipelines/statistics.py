@@ -97,6 +97,8 @@ _SET_BY_JOB = frozenset(
         "on_bad_record",
         "rng",
         "key_selection",
+        "record_level",  # the job's --record_level (checked against --privacy_unit)
+        "unit_ids",  # one identity rule for the job's unit column: the library's default
     }
 )
 # Keys of a statistic's config that are not transform parameters (or differ from them).
@@ -530,6 +532,8 @@ class StatisticSpec:
     ) -> PrivateTransform:
         common: dict[str, Any] = {
             "unit_column": unit_column,
+            # the job checked --privacy_unit against --record_level before building anything
+            "record_level": unit_column is None,
             "epsilon": main,
             "relation": relation if self.relation is None else self.relation,
             "on_bad_record": on_bad_record,

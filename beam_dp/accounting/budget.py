@@ -9,8 +9,31 @@ Two ways to use a :class:`PrivacyBudget`, never both on one budget:
   before anything runs, a share that does not fit in what is left.
 
 After each release the pipeline calls :meth:`~PrivacyBudget.record` with the release's
-:class:`~beam_dp.accounting.ledger.LedgerEntry`; :meth:`~PrivacyBudget.spent` composes the
-ledger and :meth:`~PrivacyBudget.to_json` gives the ``budget`` object of ``release.json``.
+:class:`~beam_dp.accounting.ledger.LedgerEntry`; :meth:`~PrivacyBudget.spent` composes what
+is spent and :meth:`~PrivacyBudget.to_json` gives the ``budget`` object of ``release.json``.
+
+**A share is spent once, when a transform is built.** Giving one share to three transforms
+would release three times at its ε while the budget counted it once. How others make a budget
+impossible to reuse: OpenDP's ``Context`` (a compositor over a list of per-query losses)
+deducts a query's loss when the query is *released*: the interactive compositor answers each
+query with the next loss of its list and refuses queries past the end; Tumult Analytics'
+``Session`` deducts from its accountant when a query is *evaluated* (``evaluate``), and a
+session split by ``partition_and_create`` spends the parent's budget at the split. Both
+charge at the moment the data is touched, which in their interactive model is the moment
+the query is submitted. A Beam graph is built first and runs later, on workers the library
+does not control; once ``pipeline.run()`` starts, nothing can refuse one of its releases.
+So the last moment a release can be refused before any data is read is the construction of
+its transform, and that is where this library charges, in OpenDP's compositor model (a
+fixed list of shares, planned up front, each consumed once, in any order): building a
+private transform with a :class:`BudgetShare` takes it
+(:func:`~beam_dp.accounting.shares.take_shares`; the transform's keyword checks run first,
+so a transform refused for a bad parameter takes nothing), a second transform with the same
+share is refused naming the share and its taker, and a built transform applied to a second
+input is refused as well. :meth:`~PrivacyBudget.spent` counts a share taken by a transform in
+full (its releases may spend all of it as soon as the pipeline runs, and nothing after
+construction can stop them), and a share no transform took by the releases recorded against
+it. A job builds each transform once more without shares (with its own ε, to check its
+parameters before the budget is planned); that build takes nothing.
 
 Composition is the budget's :class:`~beam_dp.accounting.composition.CompositionRule`, one
 per kind, each with its privacy argument:
@@ -337,11 +360,21 @@ class PrivacyBudget:
         self._ledger.append(entry)
 
     def spent(self) -> tuple[float, float]:
-        """(ε, δ) of the recorded releases, composed (sums exact, then rounded to nearest)."""
-        costs = [
-            Cost(privacy_kind(entry.mechanism), entry.epsilon, entry.delta, entry.rho)
-            for entry in self._ledger
-        ]
+        """(ε, δ) spent, composed (sums exact, then rounded to nearest).
+
+        A share taken by a built transform (:attr:`BudgetShare.spent_by`) counts in full;
+        another share counts what was recorded against it (see the module docstring).
+        """
+        costs: list[Cost] = []
+        for share in self._shares.values():
+            if share.spent_by is not None:
+                costs.append(share._cost())
+                continue
+            costs += [
+                Cost(privacy_kind(entry.mechanism), entry.epsilon, entry.delta, entry.rho)
+                for entry in self._ledger
+                if entry.name == share.name
+            ]
         epsilon, delta = self._rule.compose(costs, self._zcdp_delta(self._shares.values()))
         return float(epsilon), float(delta)
 
@@ -370,19 +403,30 @@ class PrivacyBudget:
     def to_json(self) -> dict[str, Any]:
         """The ``budget`` object of ``release.json``, in plain JSON types.
 
-        Keys: ``epsilon_total``, ``epsilon_spent``, ``delta_total``, ``delta_spent``,
-        ``composition``, and ``shares`` (each share's amounts and what its recorded
-        releases spent); under ``"zcdp"`` also ``rho_spent`` and ``zcdp_delta``.
+        Keys: ``epsilon_total``, ``epsilon_spent`` and ``delta_spent`` (:meth:`spent`),
+        ``delta_total``, ``composition``, and ``shares`` (each share's amounts, the
+        transform that took it, ``spent_by``, and what it spent: all of it when a transform
+        took it, else what was recorded against it); under ``"zcdp"`` also ``rho_spent`` and
+        ``zcdp_delta``.
         """
         epsilon_spent, delta_spent = self.spent()
         shares = []
+        rho_spent: list[float] = []
         for share in self._shares.values():
             described = share.to_json()
-            entries = [entry for entry in self._ledger if entry.name == share.name]
-            described["epsilon_spent"] = math.fsum(entry.epsilon for entry in entries)
-            described["delta_spent"] = math.fsum(entry.delta for entry in entries)
+            if share.spent_by is not None:  # taken by a transform: spent in full
+                spent = [(share.epsilon, share.delta, share.rho or 0.0)]
+            else:
+                spent = [
+                    (entry.epsilon, entry.delta, entry.rho or 0.0)
+                    for entry in self._ledger
+                    if entry.name == share.name
+                ]
+            described["epsilon_spent"] = math.fsum(epsilon for epsilon, _, _ in spent)
+            described["delta_spent"] = math.fsum(delta for _, delta, _ in spent)
             if self._composition == "zcdp":
-                described["rho_spent"] = math.fsum(entry.rho or 0.0 for entry in entries)
+                described["rho_spent"] = math.fsum(rho for _, _, rho in spent)
+                rho_spent.append(described["rho_spent"])
             shares.append(described)
         result: dict[str, Any] = {
             "epsilon_total": self._epsilon,
@@ -392,7 +436,7 @@ class PrivacyBudget:
             "composition": self._composition,
         }
         if self._composition == "zcdp":
-            result["rho_spent"] = math.fsum(entry.rho or 0.0 for entry in self._ledger)
+            result["rho_spent"] = math.fsum(rho_spent)
             result["zcdp_delta"] = self._zcdp_delta(self._shares.values())
         result["shares"] = shares
         return result

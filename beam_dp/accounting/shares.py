@@ -16,7 +16,7 @@ from typing import Any
 
 from beam_dp.accounting.kinds import PrivacyKind
 
-__all__ = ["TOLERANCE", "Allocation", "BudgetShare", "Cost", "describe", "exceeds"]
+__all__ = ["TOLERANCE", "Allocation", "BudgetShare", "Cost", "describe", "exceeds", "take_shares"]
 
 # Amounts are compared with totals and shares allowing this relative slack. It absorbs float
 # rounding (0.1 + 0.2 + 0.3 exceeds 0.6 as binary floats; a mechanism recomputing ρ from its
@@ -56,6 +56,9 @@ class BudgetShare:
     or :meth:`PrivacyBudget.spend` (allocated at once). ``epsilon``, ``epsilon_per_round``,
     ``delta`` and ``rho`` raise :class:`RuntimeError` until the share is allocated.
 
+    A share is spent once: the first private transform built with it takes it
+    (:func:`take_shares`, :attr:`spent_by`), and building another one with it is refused.
+
     Privacy:
         ``epsilon`` is the total over ``rounds`` equal rounds; a mechanism that composes
         ``rounds`` selections (top-k by peeling, several quantiles) runs each at
@@ -74,6 +77,7 @@ class BudgetShare:
         "_name",
         "_requested_epsilon",
         "_rounds",
+        "_spent_by",
         "_weight",
     )
 
@@ -95,6 +99,7 @@ class BudgetShare:
         self._delta = delta
         self._rounds = rounds
         self._allocation: Allocation | None = None
+        self._spent_by: str | None = None
 
     @property
     def name(self) -> str:
@@ -120,6 +125,11 @@ class BudgetShare:
     def weight(self) -> float | None:
         """The weight it was requested with, or None if it was requested by ε."""
         return self._weight
+
+    @property
+    def spent_by(self) -> str | None:
+        """The transform that took this share (its label), or None while no transform has."""
+        return self._spent_by
 
     @property
     def allocated(self) -> bool:
@@ -180,6 +190,7 @@ class BudgetShare:
             "epsilon_per_round": None if allocation is None else allocation.epsilon_per_round,
             "delta": None if allocation is None else allocation.delta,
             "rho": None if allocation is None else allocation.rho,
+            "spent_by": self._spent_by,
         }
 
     def __repr__(self) -> str:
@@ -197,6 +208,29 @@ class BudgetShare:
             f"BudgetShare(name={self._name!r}, mechanism={self._mechanism!r}, "
             f"rounds={self._rounds}, {amount})"
         )
+
+
+def take_shares(shares: Iterable[BudgetShare], by: str) -> None:
+    """Mark ``shares`` as spent by the transform ``by``: all of them, or none.
+
+    Called when a private transform is built (the only moment a Beam graph can be refused
+    before data is read), so that one share pays for one release: a second transform built
+    with a share already taken is refused, naming the share and the transform that took it.
+
+    Raises:
+        ValueError: for a share already taken (nothing is taken then), or not allocated.
+    """
+    chosen = list(shares)
+    for share in chosen:
+        if share._spent_by is not None:
+            raise ValueError(
+                f"budget share {share.name!r} is already spent by {share._spent_by}: a share "
+                "pays for one transform; request one share per transform "
+                "(PrivacyBudget.request or spend)"
+            )
+        share._allocated()  # a share without an epsilon cannot be spent
+    for share in chosen:
+        share._spent_by = by
 
 
 def describe(shares: Iterable[BudgetShare], attribute: str) -> str:

@@ -15,9 +15,11 @@ source, the field and the rule (never a value, never a count), ``"skip"`` drops 
 counts go to :class:`EncodeStats` only). Each rule looks at one record alone, so whether a
 record is kept never depends on the other records of its batch:
 
-* a privacy-unit id that is null or not an identifier (a float that is not a whole number,
-  NaN, ±inf, a boolean, binary that is not UTF-8, a temporal or nested value); ids are read by
-  the canonical identity of :mod:`beam_dp.batching.hashing` (``42`` and ``"42"`` are one unit);
+* a privacy-unit id that is null or not an identifier (blank text, a float that is not a
+  whole number, NaN, ±inf, a boolean, binary that is not UTF-8, a temporal or nested value);
+  ids are read by the identity rule of :mod:`beam_dp.batching.hashing` named by ``unit_ids``
+  (by default ``42``, ``"42"``, ``"42.0"``, ``" +042 "`` are one unit, and ``"ABC"`` is
+  ``"abc"``; ``unit_ids="exact"`` takes text as it is);
 * a value that is null, NaN, +inf or -inf, or text that is not a decimal number (±inf is a bad
   record in every format: a Parquet double and the CSV text ``inf`` alike);
 * a null candidate or key. A candidate or key that is not in the public list is dropped (a
@@ -43,7 +45,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from beam_dp.batching.hashing import canonical_hash64, canonical_id_text
+from beam_dp.batching.hashing import UnitIds, canonical_hash64, canonical_id_text, check_unit_ids
 from beam_dp.errors import BadRecordError, data_error
 
 __all__ = [
@@ -423,7 +425,7 @@ def _null_rows(column: pa.Array) -> npt.NDArray[np.bool_]:
 class EncodeOptions(TypedDict, total=False):
     """The public parameters of an encoding, declared once (:func:`encode_batch`, and the
     Beam transform that applies it to every batch). Defaults: ``None`` for the optional
-    fields, ``on_bad_record="fail"``, ``source="input"``."""
+    fields, ``on_bad_record="fail"``, ``unit_ids="normalize"``, ``source="input"``."""
 
     unit_column: Required[str | None]
     candidate_column: str | None
@@ -432,6 +434,7 @@ class EncodeOptions(TypedDict, total=False):
     key_column: str | None
     keys: PublicIndex | None
     on_bad_record: OnBadRecord
+    unit_ids: UnitIds
     source: str
 
 
@@ -442,6 +445,7 @@ _ENCODE_DEFAULTS: dict[str, Any] = {
     "key_column": None,
     "keys": None,
     "on_bad_record": "fail",
+    "unit_ids": "normalize",
     "source": "input",
 }
 
@@ -459,6 +463,7 @@ def encode_options(options: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"'on_bad_record' must be 'fail' or 'skip'; received {full['on_bad_record']!r}"
         )
+    check_unit_ids(full["unit_ids"])
     if (full["candidate_column"] is None) != (full["candidates"] is None):
         raise ValueError("'candidate_column' and 'candidates' must be given together")
     if (full["key_column"] is None) != (full["keys"] is None):
@@ -478,6 +483,8 @@ def encode_batch(
         value_column: a numeric field.
         key_column, keys: a partition-key field and the public key list (``.PerKey``).
         on_bad_record: ``"fail"`` or ``"skip"``.
+        unit_ids: how unit ids are read: ``"normalize"`` (default: the identity rule of
+            :mod:`beam_dp.batching.hashing`) or ``"exact"`` (ids already canonical).
         source: a name for error messages (a file name).
         stats: if given, aggregate counts are added to it.
 
@@ -508,6 +515,7 @@ def _encode_table(
     key_column: str | None,
     keys: PublicIndex | None,
     on_bad_record: OnBadRecord,
+    unit_ids: UnitIds,
     source: str,
     stats: EncodeStats | None,
 ) -> ColumnBatch:
@@ -521,7 +529,7 @@ def _encode_table(
         unit = _column(table, unit_column, source)
         nulls = _null_rows(unit)
         hashes, not_ids = _guarded(
-            lambda: canonical_hash64(unit),
+            lambda: canonical_hash64(unit, unit_ids),
             source,
             "privacy-unit identifiers must be integers or text",
             unit_column,
@@ -531,7 +539,7 @@ def _encode_table(
         if (not_ids & ~nulls).any():
             problems.append(
                 f"field '{unit_column}' must hold privacy-unit identifiers: integers, whole "
-                "numbers or text (not a fraction, NaN, infinity, boolean or nested value)"
+                "numbers or text (not blank, a fraction, NaN, infinity, boolean or nested value)"
             )
         bad |= not_ids | nulls
         out[UNIT] = hashes

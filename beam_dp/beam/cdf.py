@@ -377,8 +377,8 @@ class _CDFTransform(PrivateTransform):
             ``value_column``, ``grid``, ``num_points`` (default :data:`DEFAULT_NUM_POINTS`),
             ``max_contributions``), this statistic's own (``k``, ``max_k``, ``n``,
             ``count_share``, ``quantiles``) and those of every private transform
-            (:class:`~beam_dp.beam.options.PrivateOptions`; ``on_bad_record`` defaults to
-            ``"skip"``; ``method`` may only be ``"exponential"``).
+            (:class:`~beam_dp.beam.options.PrivateOptions`; ``method`` may only be
+            ``"exponential"``).
 
     Raises:
         ValueError, TypeError: at construction, naming the bad parameter and its rule, before
@@ -494,6 +494,7 @@ class _CDFTransform(PrivateTransform):
                 display=display,
                 mechanism="exponential",
                 rounds=1,
+                shares=common.shares(),
             )
         )
 

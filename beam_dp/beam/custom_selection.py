@@ -40,7 +40,7 @@ ExponentialSelectArgs = TypedDict(  # noqa: UP013 (Required read at run time)
         "candidates": Required[PublicList],
         "sensitivity": Required[float | Fraction],
         "monotone": Required[bool],
-        "unit_column": Required[str | None],
+        "unit_column": str | None,
         "candidate_column": str | None,
         "value_column": str | None,
         "bounds": ContributionBounds | None,
@@ -65,7 +65,7 @@ def _custom(
     candidates = args["candidates"]
     sensitivity = args["sensitivity"]
     monotone = args["monotone"]
-    unit_column = args["unit_column"]
+    unit_column = args.get("unit_column")
     candidate_column = args.get("candidate_column")
     value_column = args.get("value_column")
     bounds = args.get("bounds")
@@ -115,7 +115,7 @@ def _custom(
         monotone=monotone,
         relation=options.relation,
         contribution_bounds=ledger_bounds(
-            {} if record_level else requested.to_dict(), keys, record_level, windows
+            {} if record_level else requested.to_dict(), keys, options, record_level, windows
         ),
         confidence=options.confidence,
         rng=options.rng,
@@ -156,7 +156,8 @@ class ExponentialSelect:
         candidates: the public labels (a sequence or a file path).
         sensitivity: the declared sensitivity in the score's units (> 0, finite).
         monotone: the declared monotonicity under ``relation``.
-        unit_column: the privacy-unit field; None for record-level privacy.
+        unit_column: the privacy-unit field (or ``record_level=True`` for record-level
+            privacy).
         candidate_column, value_column: fields encoded for ``score_fn``.
         bounds: the contribution bounds to enforce (default: one row per unit; its
             ``max_keys_per_unit`` is replaced by the ``.PerKey`` argument).

@@ -26,6 +26,7 @@ from beam_dp.accounting.zcdp import floor_float
 from beam_dp.batching import (
     ContributionBounds,
 )
+from beam_dp.batching.hashing import UnitIds
 from beam_dp.beam.key_selection_combiners import (
     AutoKeySelectionFn,
     EncodeLabelsFn,
@@ -39,6 +40,7 @@ from beam_dp.beam.options import (
     KeyOptions,
     ResolvedBudget,
     check_column,
+    check_privacy_unit,
     split_share,
 )
 from beam_dp.beam.plan import Built, Plan, PrivateTransform
@@ -122,6 +124,10 @@ class KeySelection:
                 )
             return None
         return check_auto_bound("auto", own)
+
+    def shares(self) -> tuple[BudgetShare, ...]:
+        """The budget share this key selection spends, if ``epsilon`` is one."""
+        return (self.epsilon,) if isinstance(self.epsilon, BudgetShare) else ()
 
     def held_per_unit(self) -> int:
         """The bound the data is first held to: the given one, or the cap with ``"auto"``."""
@@ -271,6 +277,7 @@ def key_selection_plan(
         encode_fn=EncodeLabelsFn(
             {
                 "unit_column": unit_column,
+                "unit_ids": options.unit_ids,
                 "candidate_column": candidate_column,
                 "on_bad_record": options.on_bad_record,
                 "source": "input",
@@ -327,9 +334,8 @@ def top_after_key_selection(
         "max_candidates_per_unit": per_unit,
         "distinct_candidates": 1,
         "max_windows_per_unit": windows,
+        **options.unit_bounds(unit_column is None),
     }
-    if unit_column is None:
-        bounds["record_level_privacy"] = 1
     top = SelectionSpec.for_score(
         DistinctUnitCount(num_candidates=1),
         budget=split_share(budget, windows_per_unit=windows),
@@ -360,6 +366,7 @@ def top_after_key_selection(
         display=display,
         mechanism=options.mechanism,
         rounds=options.k,
+        shares=(*options.shares(), *selection.shares()),
         # the selected labels always; the top-k among them only if some label was selected
         releases=((spec.name, False), (budget.name, True)),
     )
@@ -379,8 +386,12 @@ class SelectCandidates:
 
         Args:
             candidate_column: the field holding the labels.
-            unit_column: the privacy-unit field; None for record-level privacy (each unit
-                then holds one label and ``max_candidates_per_unit`` is 1).
+            unit_column: the privacy-unit field (default None: then ``record_level=True`` is
+                required).
+            record_level: True for record-level privacy without a unit column (each record
+                is its own unit, holds one label, and ``max_candidates_per_unit`` is 1).
+            unit_ids: how unit ids are read (``"normalize"`` or ``"exact"``; see
+                :class:`~beam_dp.beam.options.PrivateOptions`).
             epsilon: a float, or a ``BudgetShare`` of mechanism ``"partition_selection"``.
             delta: > 0 (required); taken from the share when one is given.
             max_candidates_per_unit: distinct labels kept per unit (enforced), or ``"auto"``:
@@ -400,7 +411,7 @@ class SelectCandidates:
             self,
             *,
             candidate_column: str,
-            unit_column: str | None,
+            unit_column: str | None = None,
             epsilon: EpsilonLike,
             delta: float | None = None,
             max_candidates_per_unit: int | Literal["auto"] = 1,
@@ -414,8 +425,11 @@ class SelectCandidates:
             on_bad_record: str = "fail",
             rng: RandomSource | None = None,
             max_windows_per_unit: int = 1,
+            record_level: bool = False,
+            unit_ids: UnitIds = "normalize",
         ) -> None:
             super().__init__()
+            check_privacy_unit(unit_column, record_level)
             selection = KeySelection(
                 epsilon,
                 delta,
@@ -433,6 +447,8 @@ class SelectCandidates:
                 on_bad_record=on_bad_record,
                 rng=rng,
                 max_windows_per_unit=max_windows_per_unit,
+                record_level=record_level,
+                unit_ids=unit_ids,
             )
             plan, spec = key_selection_plan(
                 selection,
@@ -459,5 +475,6 @@ class SelectCandidates:
                     },
                     mechanism="partition_selection",
                     rounds=1,
+                    shares=selection.shares(),
                 )
             )

@@ -26,6 +26,7 @@ from beam_dp.batching import (
     stable_hash64,
 )
 from beam_dp.batching.columns import EncodeStats, OnBadRecord, as_table, with_source
+from beam_dp.batching.hashing import UnitIds
 from beam_dp.beam.bounding import is_heartbeat
 from beam_dp.beam.selection_spec import SelectionSpec
 from beam_dp.errors import BadRecordError, data_error
@@ -308,6 +309,7 @@ def _encode_labels(
     batch: Any,
     *,
     unit_column: str | None,
+    unit_ids: UnitIds,
     candidate_column: str,
     on_bad_record: OnBadRecord,
     source: str,
@@ -358,9 +360,10 @@ def _encode_labels(
         stats.bad_records += int(bad.sum())
         keep = pa.array(~bad)
         table, labels = table.filter(keep), labels.filter(keep)
-    out = encode_batch(table, unit_column=unit_column, source=source)
-    # Bounding (distinct labels per unit) and the counts use one identity: the canonical text.
-    out[CANDIDATE] = stable_hash64(labels).view(np.int64)
+    out = encode_batch(table, unit_column=unit_column, unit_ids=unit_ids, source=source)
+    # Bounding (distinct labels per unit) and the counts use one identity: the label's text
+    # as it is (the release shows it, so labels that differ are never merged into one).
+    out[CANDIDATE] = stable_hash64(labels, "exact").view(np.int64)
     out[LABEL] = labels.to_numpy(zero_copy_only=False)
     return out
 

@@ -37,6 +37,7 @@ from beam_dp.accounting import BudgetShare
 from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
 from beam_dp.batching import PublicIndex
+from beam_dp.batching.hashing import UnitIds, check_unit_ids
 from beam_dp.mechanisms import Method, RandomSource
 from beam_dp.mechanisms.selection import check_method
 
@@ -49,6 +50,7 @@ __all__ = [
     "PublicList",
     "ResolvedBudget",
     "check_column",
+    "check_privacy_unit",
     "check_relation",
     "check_windows_per_unit",
     "effective_keys_per_unit",
@@ -77,8 +79,18 @@ class PrivateOptions(TypedDict, total=False):
         confidence: the level at which the accuracy bounds hold (default 0.95).
         num_shards: parallelism of contribution bounding (default 32).
         salt: decides which rows survive a bound (random per pipeline by default).
-        on_bad_record: ``"fail"`` or ``"skip"`` (default ``"fail"`` for the selections,
-            ``"skip"`` for the quantile and mean transforms, which drop NaN and nulls).
+        on_bad_record: ``"fail"`` (default, for every transform, as for the jobs) or
+            ``"skip"`` (drop bad records: a null or NaN value, a bad unit id...).
+        record_level: ``True`` to run without a ``unit_column``: every record is then its own
+            privacy unit, which protects single records, not people. Required when
+            ``unit_column`` is None (default False: a transform without a unit and without
+            it is refused, as the jobs refuse one without ``--privacy_unit`` or
+            ``--record_level``).
+        unit_ids: how privacy-unit ids are read: ``"normalize"`` (default: the identity rule
+            of :mod:`beam_dp.batching.hashing`, which merges the forms one person's id
+            takes, ``12`` and ``"12.0"``, ``"ABC"`` and ``"abc"``) or ``"exact"`` (for ids
+            already canonical: text as it is). ``"exact"`` is recorded in each release's
+            contribution bounds (``exact_unit_ids``).
         rng: None (the OS CSPRNG); a seeded source for tests only (it is copied to every
             worker, so workers repeat each other's draws).
         max_windows_per_unit: on windowed input, the windows a unit keeps rows in (enforced;
@@ -95,6 +107,8 @@ class PrivateOptions(TypedDict, total=False):
     on_bad_record: str
     rng: RandomSource | None
     max_windows_per_unit: int
+    record_level: bool
+    unit_ids: UnitIds
 
 
 class PerKeyOptions(PrivateOptions, total=False):
@@ -129,6 +143,36 @@ def check_column(value: object, name: str, *, optional: bool = False) -> None:
         return
     if not isinstance(value, str) or not value:
         raise ValueError(f"'{name}' must be a non-empty column name; received {value!r}")
+
+
+def check_privacy_unit(unit_column: object, record_level: object) -> bool:
+    """The privacy unit of a transform: a ``unit_column``, or ``record_level=True``, not both.
+
+    Fails closed, as the jobs do: without a unit column, record-level privacy (which protects
+    single records, not people) must be asked for explicitly.
+
+    Returns:
+        Whether each record is its own privacy unit.
+
+    Raises:
+        ValueError: naming both options, for neither or both of them.
+        TypeError: for a ``record_level`` that is not a bool.
+    """
+    if not isinstance(record_level, bool):
+        raise TypeError(f"'record_level' must be True or False; received {record_level!r}")
+    check_column(unit_column, "unit_column", optional=True)
+    if unit_column is not None and record_level:
+        raise ValueError(
+            "give either a privacy unit ('unit_column') or record-level privacy "
+            "(record_level=True), not both"
+        )
+    if unit_column is None and not record_level:
+        raise ValueError(
+            "no privacy unit: give 'unit_column' (the field identifying a person), or ask for "
+            "record-level privacy explicitly with record_level=True, which protects single "
+            "records, not people"
+        )
+    return record_level
 
 
 def read_labels(path: str | os.PathLike[str]) -> tuple[str, ...]:
@@ -263,6 +307,8 @@ class CommonOptions:
     on_bad_record: str = "fail"
     rng: RandomSource | None = None
     max_windows_per_unit: int = 1
+    record_level: bool = False
+    unit_ids: UnitIds = "normalize"
 
     def __post_init__(self) -> None:
         check_method(self.method)
@@ -279,6 +325,9 @@ class CommonOptions:
             raise ValueError(
                 f"'on_bad_record' must be 'fail' or 'skip'; received {self.on_bad_record!r}"
             )
+        check_unit_ids(self.unit_ids)
+        if not isinstance(self.record_level, bool):
+            raise TypeError(f"'record_level' must be True or False; received {self.record_level!r}")
         if self.rng is not None and not isinstance(self.rng, RandomSource):
             raise TypeError("'rng' must be None (the OS CSPRNG) or a beam_dp RandomSource")
         if not isinstance(self.epsilon, BudgetShare):
@@ -287,6 +336,28 @@ class CommonOptions:
     @property
     def mechanism(self) -> str:
         return mechanism_name(self.method, self.k)
+
+    def shares(self) -> tuple[BudgetShare, ...]:
+        """The budget share this transform spends, if ``epsilon`` is one."""
+        return (self.epsilon,) if isinstance(self.epsilon, BudgetShare) else ()
+
+    def unit_bounds(self, record_level: bool) -> dict[str, int]:
+        """What the ledger records about the privacy unit (next to the contribution bounds):
+        ``record_level_privacy`` for record-level privacy, ``exact_unit_ids`` for ids read
+        as given (``unit_ids="exact"``); nothing for the default identity rule."""
+        if record_level:
+            return {"record_level_privacy": 1}
+        if self.unit_ids == "exact":
+            return {"exact_unit_ids": 1}
+        return {}
+
+    def encode_options(self, unit_column: str | None) -> dict[str, Any]:
+        """The options of the encode step that come from here (unit, id rule, bad records)."""
+        return {
+            "unit_column": unit_column,
+            "unit_ids": self.unit_ids,
+            "on_bad_record": self.on_bad_record,
+        }
 
     def budget(self, default_name: str, *, rounds: int | None = None) -> ResolvedBudget:
         """The resolved ε (and ρ) and release name; see :func:`resolve_budget`.
@@ -453,6 +524,7 @@ def take_options(
     *,
     transform: str,
     per_key: bool,
+    unit_column: object,
     k: int = 1,
     defaults: Mapping[str, Any] | None = None,
     key_batches: bool = True,
@@ -464,15 +536,18 @@ def take_options(
         options: the keyword options as the caller gave them.
         transform: the transform's name, for messages (``"TopCandidates.PerKey"``).
         per_key: whether the transform is a ``.PerKey`` one.
+        unit_column: the statistic's privacy-unit field (None with ``record_level=True``;
+            :func:`check_privacy_unit`).
         k: the number of selections of one release (top-k), validated here too.
         defaults: the statistic family's defaults that differ from :class:`CommonOptions`'
-            (``on_bad_record``, ``key_column``, ``max_keys_per_unit``).
+            (``key_column``, ``max_keys_per_unit``).
         key_batches: False when the per-key elements are ``(key, value)`` pairs.
 
     Raises:
         TypeError: for a keyword no transform takes, naming the nearest valid one.
         ValueError: for a per-key option given to a ``.Globally`` transform, a missing
-            ``epsilon``, or any value breaking its rule (naming the parameter).
+            ``epsilon``, no privacy unit (neither ``unit_column`` nor ``record_level=True``),
+            or any value breaking its rule (naming the parameter).
     """
     given = {**(defaults or {}), **options}
     valid = _COMMON_KEYS | _PER_KEY_ONLY if per_key else _COMMON_KEYS
@@ -486,6 +561,7 @@ def take_options(
     if "epsilon" not in given:
         raise ValueError(f"{transform}: 'epsilon' is required (a float or a BudgetShare)")
     common = CommonOptions(k=k, **{key: given[key] for key in _COMMON_KEYS if key in given})
+    check_privacy_unit(unit_column, common.record_level)
     if not per_key:
         return common, KeyOptions()
     if given.get("keys") is None:

@@ -37,6 +37,8 @@ from typing import Any, ClassVar
 import apache_beam as beam
 from apache_beam.pvalue import PCollection
 
+from beam_dp.accounting import BudgetShare
+from beam_dp.accounting.shares import take_shares
 from beam_dp.batching import ContributionBounds
 from beam_dp.beam.options import CommonOptions, KeyOptions, PerKeyOptions, take_options
 from beam_dp.beam.per_key_draw import (
@@ -129,6 +131,8 @@ class Built:
         keys_per_unit: the releases per window one unit can influence (``m`` for ``.PerKey``).
         display: display data (public parameters only).
         mechanism, rounds: the ledger mechanism and rounds a budget share must name.
+        shares: the budget shares the transform spends (taken when it is built; empty when
+            its epsilon is a float).
         releases: the names of the releases it makes per key and window, each with whether it
             may be absent (a top-k after DP key selection releases only if some label was
             selected); None: ``release_name`` alone, always.
@@ -140,6 +144,7 @@ class Built:
     display: dict[str, Any]
     mechanism: str
     rounds: int
+    shares: tuple[BudgetShare, ...]
     releases: tuple[tuple[str, bool], ...] | None = None
 
 
@@ -149,6 +154,11 @@ class PrivateTransform(beam.PTransform):
     Subclasses read their ``**options`` with :meth:`_options` and end their constructor with
     :meth:`_finish`, or do both with :meth:`_build`. ``NAMESPACE`` and ``VARIANT`` default to
     the two parts of the class's qualified name (``TopCandidates.Globally``).
+
+    A transform built with budget shares takes them in :meth:`_finish`, after every check of
+    its parameters (:func:`~beam_dp.accounting.shares.take_shares`: a share is spent once),
+    and is applied to one input only: a second application would be a second release paid
+    by the same shares.
     """
 
     NAMESPACE: ClassVar[str] = ""
@@ -189,22 +199,27 @@ class PrivateTransform(beam.PTransform):
             raise TypeError(f"{transform}() missing required keyword argument {key!r}")
         own = {key: value for key, value in options.items() if key not in _SHARED_NAMES}
         shared = {key: value for key, value in options.items() if key in _SHARED_NAMES}
-        common, keys = self._options(shared, **({"k": own["k"]} if "k" in own else {}))
+        common, keys = self._options(
+            shared, unit_column=own.get("unit_column"), **({"k": own["k"]} if "k" in own else {})
+        )
         self._finish(build(common, keys, own))
 
     def _options(
-        self, options: Mapping[str, Any], *, k: int = 1, **family: Any
+        self, options: Mapping[str, Any], *, unit_column: object, k: int = 1, **family: Any
     ) -> tuple[CommonOptions, KeyOptions]:
         """This variant's ``**options`` validated (:func:`~beam_dp.beam.options.take_options`)."""
         return take_options(
             options,
             transform=f"{self.NAMESPACE}.{self.VARIANT}",
             per_key=self.VARIANT == "PerKey",
+            unit_column=unit_column,
             k=k,
             **family,
         )
 
     def _finish(self, built: Built) -> None:
+        take_shares(built.shares, by=f"{self.NAMESPACE}.{self.VARIANT}({built.release_name!r})")
+        self._applied = False
         self._built = built
         self._plan = built.plan
         self._release_name = built.release_name
@@ -214,6 +229,17 @@ class PrivateTransform(beam.PTransform):
         self._rounds = built.rounds
 
     def expand(self, pcoll: PCollection) -> PCollection:
+        if self._built.shares and self._applied:
+            names = ", ".join(repr(share.name) for share in self._built.shares)
+            raise ValueError(
+                f"{self.default_label()} was already applied: its budget share(s) {names} pay "
+                "for one release; build one transform per input, each with its own share"
+            )
+        self._applied = True
+        return self._expand(pcoll)
+
+    def _expand(self, pcoll: PCollection) -> PCollection:
+        """The graph of this transform (what a subclass with its own graph overrides)."""
         if self._plan.graph is not None:
             return self._plan.graph(pcoll, self._plan)
         return expand_plan(pcoll, self._plan)

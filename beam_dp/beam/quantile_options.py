@@ -26,6 +26,7 @@ from beam_dp.beam.options import (
     PerKeyOptions,
     PrivateOptions,
     check_column,
+    check_privacy_unit,
 )
 from beam_dp.beam.plan import Plan, PrivateTransform
 from beam_dp.summaries.contribution_bounds import (
@@ -56,7 +57,6 @@ GridLike = str | Sequence[float] | npt.NDArray[np.float64] | Grid
 
 # The defaults of this family that differ from the selections' (see PrivateOptions).
 _FAMILY_DEFAULTS: Mapping[str, Any] = {
-    "on_bad_record": "skip",
     "key_column": "key",
     "max_keys_per_unit": 1,
 }
@@ -71,7 +71,8 @@ class _ValueOptions(TypedDict, total=False):
     Attributes:
         lower, upper: required: public clamping bounds (finite, ``lower < upper``): values
             outside are clamped, NaN and null values dropped.
-        unit_column: required: the privacy-unit field, or None for record-level privacy.
+        unit_column: the privacy-unit field; without one, ``record_level=True`` (a shared
+            option) is required.
         value_column: the numeric field of the input batches (default ``"value"``); None when
             the elements are numbers or arrays of numbers (``.PerKey``: ``(key, values)``
             pairs), which is record-level only.
@@ -106,7 +107,7 @@ class _ValueOptions(TypedDict, total=False):
 
     lower: Required[float]
     upper: Required[float]
-    unit_column: Required[str | None]
+    unit_column: str | None
     value_column: str | None
     grid: GridLike
     num_points: int
@@ -323,10 +324,11 @@ class ValueParams:
         return self.common.max_windows_per_unit
 
     def ledger_bounds(self) -> dict[str, int]:
+        bounds = self.common.unit_bounds(self.record_level)
         if self.record_level:
-            bounds = {"record_level_privacy": 1, "max_contributions_per_unit": 1}
+            bounds["max_contributions_per_unit"] = 1
         else:
-            bounds = {"max_contributions_per_unit": self.max_contributions}
+            bounds["max_contributions_per_unit"] = self.max_contributions
             if self.auto is not None and self.auto.target == "rows":
                 bounds["max_contributions_cap"] = self.auto.cap  # each release: the chosen one
         keys = self.keys.ledger_bounds(self.record_level)
@@ -361,9 +363,8 @@ class ValueParams:
         encode = None
         if self.value_column is not None:
             encode = {
-                "unit_column": self.unit_column,
+                **self.common.encode_options(self.unit_column),
                 "value_column": self.value_column,
-                "on_bad_record": self.common.on_bad_record,
                 **self.keys.encode_options(),
             }
         return Plan(
@@ -399,11 +400,12 @@ def take_value_options(
     """Split ``options`` into the validated value/common/key options and the rest."""
     own = {key: value for key, value in options.items() if key in _VALUE_KEYS}
     rest = {key: value for key, value in options.items() if key not in _VALUE_KEYS}
-    for key in ("lower", "upper", "unit_column"):
+    for key in ("lower", "upper"):
         if key not in own:
             raise ValueError(f"{transform.NAMESPACE}.{transform.VARIANT}: {key!r} is required")
     lower, upper = own["lower"], own["upper"]
-    unit_column = own["unit_column"]
+    unit_column = own.get("unit_column")
+    check_privacy_unit(unit_column, rest.get("record_level", False))  # before what needs it
     value_column = own.get("value_column", "value")
     max_contributions = own.get("max_contributions", 1)
     Grid.uniform(lower, upper, 2)  # validates the bounds
@@ -448,7 +450,10 @@ def take_value_options(
         )
     specific = {key: rest.pop(key) for key in list(rest) if key in SPECIFIC_KEYS}
     common, keys = transform._options(
-        rest, defaults=_FAMILY_DEFAULTS, key_batches=value_column is not None
+        rest,
+        unit_column=unit_column,
+        defaults=_FAMILY_DEFAULTS,
+        key_batches=value_column is not None,
     )
     common.windows_per_unit(unit_column is None)  # one window per record at record level
     if "resolution" in own:

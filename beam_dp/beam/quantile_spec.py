@@ -176,6 +176,7 @@ def build_quantiles(
         display=display,
         mechanism=common.method,
         rounds=rounds,
+        shares=common.shares(),
     )
     return built, spec
 

@@ -28,14 +28,16 @@ than one combine (``max_contributions="auto"``, ``refine=True``) are
 
 Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
 
-* **Values**: NaN and null values are dropped (records with a null privacy unit too, with
-  ``on_bad_record="skip"``, the default here; ``"fail"`` raises instead); every other value
-  is clamped to ``[lower, upper]``. Neither how many were dropped nor how many were clamped
-  is released.
-* **Privacy unit**: ``unit_column=None`` is record-level privacy (every record is its own
-  unit, nothing is shuffled or bounded; a person with ``r`` records is protected only at
-  ``r·ε``). With a ``unit_column``, each unit's values are bounded to ``max_contributions``
-  (chosen by a per-run salted hash) and the sensitivity is multiplied by it.
+* **Values**: NaN and null values are bad records (as is a null privacy unit):
+  ``on_bad_record="fail"``, the default of every transform and job, raises naming the field;
+  ``"skip"`` drops them. Every other value is clamped to ``[lower, upper]``. Neither how
+  many were dropped nor how many were clamped is released.
+* **Privacy unit**: ``record_level=True`` (without a ``unit_column``, asked for explicitly)
+  is record-level privacy (every record is its own unit, nothing is shuffled or bounded; a
+  person with ``r`` records is protected only at ``r·ε``). With a ``unit_column``, each
+  unit's values are bounded to ``max_contributions`` (default 1 in the library, ``"auto"``
+  in the jobs: see the README's "Library and job defaults"; chosen by a per-run salted
+  hash) and the sensitivity is multiplied by it.
 * **``max_contributions="auto"``** (unit level; quantile transforms and the mean): each
   unit's values are first bounded at ``bound_cap`` (default 1024; with ``max_keys_per_unit``
   keys); the exact histogram of rows per unit (per (unit, key) for ``.PerKey``) is merged
@@ -189,7 +191,7 @@ class _QuantileTransform(PrivateTransform):
             ``grid``, ``num_points``, ``max_contributions``, ``split``, ``refine``,
             ``refine_fraction``, ``refine_points``) and those of every private transform
             (:class:`~beam_dp.beam.options.PrivateOptions`; ``on_bad_record`` defaults to
-            ``"skip"`` here: NaN/null values and null units are dropped, a public rule).
+            ``"fail"``: ``"skip"`` drops NaN/null values and null units, a public rule).
 
     Raises:
         ValueError, TypeError: at construction, naming the bad parameter and its rule (bad
@@ -220,13 +222,13 @@ class _QuantileTransform(PrivateTransform):
         ``max_contributions="auto"``, the plan at the cap: each release uses the chosen bound's)."""
         return self._spec.plan
 
-    def expand(self, pcoll: PCollection) -> PCollection:
+    def _expand(self, pcoll: PCollection) -> PCollection:
         auto = self._spec.auto
         if auto is not None:
             merge = AutoQuantileCombineFn(self._spec)
             return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
         if self._spec.cell_plan is None:
-            return super().expand(pcoll)
+            return super()._expand(pcoll)
         return expand_coarse_to_fine(pcoll, self._plan, self._spec)
 
 
@@ -436,13 +438,14 @@ class _MeanTransform(PrivateTransform):
                 display=display,
                 mechanism=common.method,
                 rounds=1,
+                shares=common.shares(),
             )
         )
 
-    def expand(self, pcoll: PCollection) -> PCollection:
+    def _expand(self, pcoll: PCollection) -> PCollection:
         auto = self._spec.auto
         if auto is None:
-            return super().expand(pcoll)
+            return super()._expand(pcoll)
         merge = AutoMeanCombineFn(self._spec)
         return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
 

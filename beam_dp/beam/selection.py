@@ -33,10 +33,12 @@ Privacy, common to every transform here:
   (``DistinctUnitCount``, ``Revenue``, ``PluralityVote``, ``VoteMargin``), for the chosen
   relation (``"add_remove"``, the default, or ``"replace"``) and the bounds the pipeline
   enforces. Only :class:`ExponentialSelect` takes a declared sensitivity, for a user's score.
-* **``unit_column=None`` is record-level privacy**: every record is its own privacy unit and
-  nothing is shuffled or bounded. It protects single records, *not* people: someone with
-  ``r`` records in the data is protected only at ``r·ε`` (group privacy). Use it only when
-  each person contributes one record (a survey with one row per respondent), or knowingly.
+* **``record_level=True`` (no ``unit_column``) is record-level privacy**, and must be asked
+  for: a transform given neither a ``unit_column`` nor ``record_level=True`` is refused.
+  Every record is then its own privacy unit and nothing is shuffled or bounded. It protects
+  single records, *not* people: someone with ``r`` records in the data is protected only at
+  ``r·ε`` (group privacy). Use it only when each person contributes one record (a survey
+  with one row per respondent), or knowingly.
 * **Empty input** still yields a release in the global window (all scores zero).
 * **Windows**: on a windowed PCollection (e.g. ``beam.WindowInto(FixedWindows(...))``,
   bounded or unbounded) each window gets its own release (``Release.window`` gives its
@@ -144,7 +146,7 @@ _TopCandidatesOwn = TypedDict(  # noqa: UP013 (Required read at run time)
     "_TopCandidatesOwn",
     {
         "candidate_column": Required[str],
-        "unit_column": Required[str | None],
+        "unit_column": str | None,
         "k": int,
         # "auto" is refused with its reason (and taken by a KeySelection in job configs)
         "max_candidates_per_unit": int | Literal["auto"] | None,
@@ -176,7 +178,7 @@ class TopCandidatesPerKeyOptions(_TopCandidatesOwn, _PublicCandidates, PerKeyOpt
 def _top_candidates(options: CommonOptions, keys: KeyOptions, args: TopCandidatesArgs) -> Built:
     candidate_column = args["candidate_column"]
     candidates = args["candidates"]
-    unit_column = args["unit_column"]
+    unit_column = args.get("unit_column")
     max_candidates_per_unit = args.get("max_candidates_per_unit")
     key_selection = args.get("key_selection")
     check_column(candidate_column, "candidate_column")
@@ -238,7 +240,7 @@ def _top_candidates(options: CommonOptions, keys: KeyOptions, args: TopCandidate
         budget=keys.split(budget, record_level, windows),
         statistic="top_candidates",
         options=options,
-        bounds=ledger_bounds(own, keys, record_level, windows),
+        bounds=ledger_bounds(own, keys, options, record_level, windows),
     )
     return selection_plan(
         spec,
@@ -267,7 +269,8 @@ class TopCandidates:
         candidate_column: the field naming the candidate.
         candidates: public labels (a sequence, a file path, or a PCollection side input), or
             None with ``key_selection`` (``.Globally`` only).
-        unit_column: the privacy-unit field; None for record-level privacy.
+        unit_column: the privacy-unit field (or ``record_level=True``, a shared option, for
+            record-level privacy).
         k: how many candidates to release (a ``BudgetShare`` as ``epsilon`` must then be of
             mechanism ``method + "_top_k"`` with ``rounds=k``).
         max_candidates_per_unit: distinct candidates kept per unit (None: no bound).
@@ -309,7 +312,7 @@ BestPriceArgs = TypedDict(  # noqa: UP013 (Required read at run time)
     "BestPriceArgs",
     {
         "value_column": Required[str],
-        "unit_column": Required[str | None],
+        "unit_column": str | None,
         "prices": Sequence[Any] | Revenue | None,
         "per_unit": str,
     },
@@ -327,7 +330,7 @@ class BestPricePerKeyOptions(BestPriceArgs, PerKeyOptions, total=False):
 
 def _best_price(options: CommonOptions, keys: KeyOptions, args: BestPriceArgs) -> Built:
     value_column = args["value_column"]
-    unit_column = args["unit_column"]
+    unit_column = args.get("unit_column")
     prices = args.get("prices")
     per_unit = args.get("per_unit", "max")
     check_column(value_column, "value_column")
@@ -357,7 +360,7 @@ def _best_price(options: CommonOptions, keys: KeyOptions, args: BestPriceArgs) -
         budget=keys.split(budget, record_level, windows),
         statistic="best_price",
         options=options,
-        bounds=ledger_bounds(score.contribution_bounds, keys, record_level, windows),
+        bounds=ledger_bounds(score.contribution_bounds, keys, options, record_level, windows),
     )
     rule = None if record_level else per_unit
     built = selection_plan(
@@ -402,7 +405,7 @@ class BestPrice:
 
     Args (both variants):
         value_column: the willingness-to-pay field (numeric; NaN and null are bad records).
-        unit_column: the privacy-unit field; None for record-level privacy (each record is
+        unit_column: the privacy-unit field; or ``record_level=True`` (each record is
             one buyer).
         prices: the public grid: exact decimals, strictly increasing (default 0.01 ... 1.99),
             or a :class:`~beam_dp.scores.Revenue` already built from it (a large grid is then
@@ -436,7 +439,7 @@ class BestPrice:
 
 _ElectionOwn = TypedDict(  # noqa: UP013 (Required read at run time)
     "_ElectionOwn",
-    {"candidate_column": Required[str], "unit_column": Required[str | None], "score": str},
+    {"candidate_column": Required[str], "unit_column": str | None, "score": str},
     total=False,
 )
 
@@ -456,7 +459,7 @@ class ElectionPerKeyOptions(ElectionArgs, PerKeyOptions, total=False):
 def _election(options: CommonOptions, keys: KeyOptions, args: ElectionArgs) -> Built:
     candidate_column = args["candidate_column"]
     candidates = args["candidates"]
-    unit_column = args["unit_column"]
+    unit_column = args.get("unit_column")
     score = args.get("score", "plurality")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
@@ -489,7 +492,9 @@ def _election(options: CommonOptions, keys: KeyOptions, args: ElectionArgs) -> B
         budget=keys.split(budget, record_level, windows),
         statistic="election",
         options=options,
-        bounds=ledger_bounds(score_object.contribution_bounds, keys, record_level, windows),
+        bounds=ledger_bounds(
+            score_object.contribution_bounds, keys, options, record_level, windows
+        ),
     )
     return selection_plan(
         spec,

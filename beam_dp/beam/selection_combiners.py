@@ -505,12 +505,7 @@ def selection_plan(
 ) -> Built:
     """The plan of a selection over ``spec``: encode with the keys, bound, combine."""
     record_level = unit_column is None
-    encode = {
-        "unit_column": unit_column,
-        "on_bad_record": options.on_bad_record,
-        **encode,
-        **keys.encode_options(),
-    }
+    encode = {**options.encode_options(unit_column), **encode, **keys.encode_options()}
     if side is not None:  # the encoder reads the candidates from the side input
         del encode["candidates"]
     plan = Plan(
@@ -532,6 +527,7 @@ def selection_plan(
         display=display,
         mechanism=options.mechanism,
         rounds=options.k,
+        shares=options.shares(),
     )
 
 

@@ -347,11 +347,14 @@ def describe(
 
 
 def ledger_bounds(
-    base: Mapping[str, int], keys: KeyOptions, record_level: bool, windows: int
+    base: Mapping[str, int],
+    keys: KeyOptions,
+    options: CommonOptions,
+    record_level: bool,
+    windows: int,
 ) -> dict[str, int]:
-    """Every contribution bound the ledger records: the statistic's own, record-level
-    privacy, the keys and the windows a unit reaches."""
-    bounds = dict(base)
-    if record_level:
-        bounds["record_level_privacy"] = 1
+    """Every contribution bound the ledger records: the statistic's own, what a unit is
+    (record-level privacy, or ids read as given: :meth:`CommonOptions.unit_bounds`), the keys
+    and the windows a unit reaches."""
+    bounds = {**base, **options.unit_bounds(record_level)}
     return {**bounds, **keys.ledger_bounds(record_level), "max_windows_per_unit": windows}

@@ -302,6 +302,7 @@ def test_to_json_before_finalize_and_share_repr() -> None:
         "epsilon_per_round": 2.0,
         "delta": 0.0,
         "rho": None,
+        "spent_by": None,
         "epsilon_spent": 0.0,
         "delta_spent": 0.0,
     }

@@ -11,7 +11,7 @@ import pytest
 
 from beam_dp.batching import stable_hash64
 
-IDS = ["alice", "bob", "", "émile", "x" * 300]
+IDS = ["alice", "bob", " Émile ", "12.0", "x" * 300]
 
 
 def _in_fresh_process(ids: list[str]) -> list[int]:

@@ -94,7 +94,10 @@ def median(**options: Any) -> PrivateMedian.Globally:
         ({"max_contributions": "auto", "bound_rule": "tradeoff"}, "'bound_rule' must be 'quant"),
         ({"max_contributions": 4, "bound_share": 0.2}, "'bound_share' applies only with"),
         ({"bound_cap": 64}, "'bound_cap' applies only with max_contributions='auto'"),
-        ({"max_contributions": "auto", "unit_column": None}, "'auto' needs a 'unit_column'"),
+        (
+            {"max_contributions": "auto", "unit_column": None, "record_level": True},
+            "'auto' needs a 'unit_column'",
+        ),
         ({"max_contributions": "auto", "refine": True}, "does not combine with refine=True"),
     ],
 )
@@ -123,7 +126,9 @@ def test_mean_auto_keeps_the_plans_at_every_bound_and_fixed_stays_as_before() ->
         )
     assert auto.display_data()["max_contributions"] == "auto"
     with pytest.raises(ValueError, match="needs a 'unit_column'"):
-        PrivateMean.Globally(**{**base, "unit_column": None}, max_contributions="auto")
+        PrivateMean.Globally(
+            **{**base, "unit_column": None, "record_level": True}, max_contributions="auto"
+        )
 
 
 def test_mean_auto_bounds_the_flooder_and_records_the_choice() -> None:

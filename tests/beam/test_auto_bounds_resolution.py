@@ -35,7 +35,13 @@ def _load(directory: str) -> list[Any]:
 
 
 def median(**options: Any) -> PrivateMedian.Globally:
-    base: dict[str, Any] = {"lower": -100.0, "upper": 1300.0, "unit_column": None, "epsilon": 1.0}
+    base: dict[str, Any] = {
+        "lower": -100.0,
+        "upper": 1300.0,
+        "unit_column": None,
+        "record_level": True,
+        "epsilon": 1.0,
+    }
     return PrivateMedian.Globally(**{**base, **options})
 
 
@@ -54,7 +60,7 @@ def test_integer_resolution_puts_the_grid_on_the_integers(resolution: object) ->
 
 def test_decimal_resolution_points_are_the_decimals_a_reader_makes() -> None:
     grid = PrivateQuantiles.Globally(
-        [0.5], lower=0.0, upper=2.0, unit_column=None, epsilon=1.0, resolution="0.01"
+        [0.5], lower=0.0, upper=2.0, record_level=True, epsilon=1.0, resolution="0.01"
     )._spec.grid
     assert grid.num_points == 201
     assert float(grid.points[7]) == float("0.07")

@@ -118,7 +118,7 @@ def test_auto_needs_a_unit_column() -> None:
     with pytest.raises(ValueError, match="needs a 'unit_column'"):
         SelectCandidates.Globally(
             candidate_column="site",
-            unit_column=None,
+            record_level=True,
             epsilon=1.0,
             delta=1e-6,
             max_candidates_per_unit="auto",

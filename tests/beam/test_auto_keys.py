@@ -145,7 +145,7 @@ def test_auto_keys_under_zcdp_fits_each_keys_rho_and_the_mean_takes_it_too(run: 
     [
         ({"max_contributions": "auto"}, "not both"),
         ({"bound_cap": 16}, "'bound_cap' applies only with max_contributions='auto'"),
-        ({"unit_column": None}, "needs a 'unit_column'"),
+        ({"unit_column": None, "record_level": True}, "needs a 'unit_column'"),
         ({"keys": ["only"]}, "at least 2 public keys"),
     ],
 )

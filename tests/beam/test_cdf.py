@@ -77,7 +77,7 @@ def ks_to_data(value: CDFValue, values: np.ndarray, grid: Grid, n: int | None = 
 
 def test_combine_fn_driven_by_hand_over_shards_equals_one_pass() -> None:
     transform = PrivateCDF.Globally(
-        lower=0.0, upper=10.0, num_points=51, epsilon=1.0, unit_column=None, k=5
+        lower=0.0, upper=10.0, num_points=51, epsilon=1.0, record_level=True, k=5
     )
     fn = CDFCombineFn(transform.spec)
     values = np.random.default_rng(1).uniform(-1, 11, 3000)
@@ -123,41 +123,47 @@ def test_combine_fn_driven_by_hand_over_shards_equals_one_pass() -> None:
 def test_bad_parameters_fail_at_construction(
     options: dict[str, Any], error: type[Exception], fragment: str
 ) -> None:
-    arguments: dict[str, Any] = {"lower": 0.0, "upper": 1.0, "epsilon": 1.0, "unit_column": None}
+    arguments: dict[str, Any] = {
+        "lower": 0.0,
+        "upper": 1.0,
+        "epsilon": 1.0,
+        "unit_column": None,
+        "record_level": True,
+    }
     arguments.update(options)
     with pytest.raises(error, match=fragment):
         PrivateCDF.Globally(**arguments)
 
 
 def test_budget_shares_name_the_exponential_mechanism_and_one_round() -> None:
-    transform = PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=1.0, unit_column=None)
+    transform = PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=1.0, record_level=True)
     assert (transform.mechanism, transform.rounds) == ("exponential", 1)
     budget = PrivacyBudget(2.0)
     good = budget.request("cdf_a", mechanism="exponential", rounds=1, epsilon=1.0)
     bad = budget.request("cdf_b", mechanism="permute_and_flip", epsilon=1.0)
     budget.finalize()
-    assert PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=good, unit_column=None)
+    assert PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=good, record_level=True)
     with pytest.raises(ValueError, match="runs 'exponential'"):
-        PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=bad, unit_column=None)
+        PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=bad, record_level=True)
     # zCDP: a count on more than 2/5 of epsilon would cost more than the share's eps^2/8.
     zcdp = PrivacyBudget(1.0, delta=1e-6, composition="zcdp")
     share = zcdp.request("cdf", mechanism="exponential", rounds=1, weight=1.0)
     zcdp.finalize()
-    PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=share, unit_column=None, count_share=0.4)
+    PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=share, record_level=True, count_share=0.4)
     with pytest.raises(ValueError, match=r"at most 0\.4"):
-        PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=share, unit_column=None, count_share=0.5)
+        PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=share, record_level=True, count_share=0.5)
 
 
 def test_k_is_suggested_from_a_public_n_and_capped() -> None:
     transform = PrivateCDF.Globally(
-        lower=0.0, upper=1.0, epsilon=0.5, unit_column=None, relation="replace", n=10_000
+        lower=0.0, upper=1.0, epsilon=0.5, record_level=True, relation="replace", n=10_000
     )
     assert transform.spec.k == ks_suggested_k(1000, epsilon=0.5, n=10_000)
     big = PrivateCDF.Globally(
-        lower=0.0, upper=1.0, epsilon=1e4, unit_column=None, relation="replace", n=10**9
+        lower=0.0, upper=1.0, epsilon=1e4, record_level=True, relation="replace", n=10**9
     )
     assert big.spec.k == DEFAULT_MAX_K
-    released = PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=1.0, unit_column=None)
+    released = PrivateCDF.Globally(lower=0.0, upper=1.0, epsilon=1.0, record_level=True)
     assert released.spec.k is None and released.spec.count_share == Fraction(1, 10)
     assert released.display_data()["k"] == "chosen from the released count"
 
@@ -178,7 +184,7 @@ def test_globally_with_a_released_count_is_within_its_bound() -> None:
                 upper=12.0,
                 num_points=241,
                 epsilon=2.0,
-                unit_column=None,
+                record_level=True,
                 quantiles=[0.25, 0.5, 0.75],
                 confidence=SURE,
             )
@@ -237,7 +243,7 @@ def test_replace_with_a_public_n_releases_no_count() -> None:
                 upper=1.0,
                 num_points=101,
                 epsilon=1.0,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 relation="replace",
                 n=2000,
@@ -344,7 +350,7 @@ def test_windows_per_key_at_record_level() -> None:
                 upper=10.0,
                 num_points=11,
                 epsilon=1e4,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 keys=["a", "b"],
                 relation="replace",
@@ -373,7 +379,7 @@ def test_empty_input_still_gets_a_release() -> None:
                 upper=1.0,
                 num_points=11,
                 epsilon=1.0,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 k=4,
             )
@@ -403,7 +409,7 @@ def test_pipeline_output_follows_the_exact_distribution() -> None:
                 upper=3.0,
                 grid=grid.points.tolist(),
                 epsilon=epsilon,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 keys=list(range(num_keys)),
                 relation="replace",

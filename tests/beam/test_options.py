@@ -35,7 +35,7 @@ def _top(**extra: Any) -> TopCandidates.Globally:
         (_top, "methd", "method"),
         (
             lambda **extra: PrivateMedian.Globally(
-                lower=0.0, upper=1.0, unit_column=None, epsilon=1.0, **extra
+                lower=0.0, upper=1.0, record_level=True, epsilon=1.0, **extra
             ),
             "confidense",
             "confidence",
@@ -75,12 +75,12 @@ def test_a_transform_answers_its_ledger_mechanism_and_rounds() -> None:
     top = _top(k=2)
     assert (top.mechanism, top.rounds) == ("permute_and_flip_top_k", 2)
     quantiles = PrivateQuantiles.Globally(
-        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, unit_column=None, epsilon=1.0
+        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, record_level=True, epsilon=1.0
     )
     assert quantiles.rounds == quantiles.plan.rounds > 1
     assert quantiles.mechanism == "permute_and_flip"
     mean = PrivateMean.PerKey(
-        lower=0.0, upper=1.0, unit_column=None, epsilon=1.0, keys=["a"], method="exponential"
+        lower=0.0, upper=1.0, record_level=True, epsilon=1.0, keys=["a"], method="exponential"
     )
     assert (mean.mechanism, mean.rounds) == ("exponential", 1)
     # A share requested with what the transform answers is accepted by it.
@@ -88,7 +88,7 @@ def test_a_transform_answers_its_ledger_mechanism_and_rounds() -> None:
     share = budget.request("q", mechanism=quantiles.mechanism, rounds=quantiles.rounds)
     budget.finalize()
     PrivateQuantiles.Globally(
-        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, unit_column=None, epsilon=share
+        [0.1, 0.25, 0.5, 0.75, 0.9], lower=0.0, upper=1.0, record_level=True, epsilon=share
     )
 
 
@@ -147,12 +147,12 @@ def test_the_config_keys_of_each_selection_are_pinned(kind: str, per_key: bool) 
 @pytest.mark.parametrize(
     ("variant", "required"),
     [
-        (TopCandidates.Globally, {"candidate_column", "candidates", "unit_column"}),
-        (TopCandidates.PerKey, {"candidate_column", "candidates", "unit_column"}),
-        (BestPrice.Globally, {"value_column", "unit_column"}),
-        (BestPrice.PerKey, {"value_column", "unit_column"}),
-        (Election.Globally, {"candidate_column", "candidates", "unit_column"}),
-        (Election.PerKey, {"candidate_column", "candidates", "unit_column"}),
+        (TopCandidates.Globally, {"candidate_column", "candidates"}),
+        (TopCandidates.PerKey, {"candidate_column", "candidates"}),
+        (BestPrice.Globally, {"value_column"}),
+        (BestPrice.PerKey, {"value_column"}),
+        (Election.Globally, {"candidate_column", "candidates"}),
+        (Election.PerKey, {"candidate_column", "candidates"}),
         (ExponentialSelect.Globally, {"score_fn", "candidates", "sensitivity", "monotone"}),
         (ExponentialSelect.PerKey, {"score_fn", "candidates", "sensitivity", "monotone"}),
     ],
@@ -161,8 +161,9 @@ def test_the_required_keywords_of_each_selection_are_pinned(
     variant: type, required: set[str]
 ) -> None:
     # (epsilon is not among them: PrivateOptions' Required[...] is a string annotation at run
-    # time, so its __required_keys__ is empty; pipelines.statistics checks epsilon itself.)
-    assert set(_parameters(variant)[1]) == required | {"unit_column"}
+    # time, so its __required_keys__ is empty; pipelines.statistics checks epsilon itself.
+    # unit_column is not either: without it, record_level=True is required instead.)
+    assert set(_parameters(variant)[1]) == required
 
 
 def test_a_misspelt_own_keyword_is_refused_with_the_nearest_own_name() -> None:
@@ -172,18 +173,18 @@ def test_a_misspelt_own_keyword_is_refused_with_the_nearest_own_name() -> None:
         _top(max_candidate_per_unit=2)
     with pytest.raises(TypeError, match=r"BestPrice\.PerKey\(\).*'per_units'; did you mean 'per_"):
         BestPrice.PerKey(  # type: ignore[call-arg]
-            value_column="v", unit_column=None, epsilon=1.0, keys=["a"], per_units="max"
+            value_column="v", record_level=True, epsilon=1.0, keys=["a"], per_units="max"
         )
 
 
 def test_a_missing_own_keyword_and_a_global_only_one_are_refused() -> None:
-    with pytest.raises(TypeError, match="missing required keyword argument 'unit_column'"):
-        Election.Globally(candidate_column="c", candidates=["a", "b"], epsilon=1.0)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match=r"no privacy unit: give 'unit_column'.*record_level=True"):
+        Election.Globally(candidate_column="c", candidates=["a", "b"], epsilon=1.0)
     with pytest.raises(TypeError, match="'key_selection'"):
         TopCandidates.PerKey(  # type: ignore[call-arg]
             candidate_column="c",
             candidates=["a"],
-            unit_column=None,
+            record_level=True,
             epsilon=1.0,
             keys=["x"],
             key_column="k",
@@ -193,7 +194,7 @@ def test_a_missing_own_keyword_and_a_global_only_one_are_refused() -> None:
         TopCandidates.PerKey(
             candidate_column="c",
             candidates=None,  # type: ignore[arg-type]
-            unit_column=None,
+            record_level=True,
             epsilon=1.0,
             keys=["x"],
             key_column="k",

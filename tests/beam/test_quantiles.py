@@ -81,7 +81,7 @@ def batches(values: np.ndarray, size: int = 100, **columns: np.ndarray) -> list[
 
 def combine_fn(**options: Any) -> QuantileCombineFn:
     transform = PrivateQuantiles.Globally(
-        [0.25, 0.5, 0.75], lower=0.0, upper=10.0, unit_column=None, **options
+        [0.25, 0.5, 0.75], lower=0.0, upper=10.0, record_level=True, **options
     )
     return QuantileCombineFn(transform._spec)
 
@@ -170,8 +170,10 @@ def test_bad_parameters_fail_at_construction(
         "upper": 10.0,
         "epsilon": 1.0,
         "unit_column": None,
+        "record_level": True,
     }
     arguments.update(options)
+    arguments["record_level"] = arguments["unit_column"] is None
     quantiles = arguments.pop("quantiles")
     with pytest.raises(error, match=message):
         PrivateQuantiles.Globally(quantiles, **arguments)
@@ -179,33 +181,35 @@ def test_bad_parameters_fail_at_construction(
 
 def test_per_key_needs_public_keys_and_a_key_column() -> None:
     with pytest.raises(ValueError, match="'keys'"):
-        PrivateQuantiles.PerKey([0.5], lower=0, upper=1, epsilon=1.0, unit_column=None)
+        PrivateQuantiles.PerKey([0.5], lower=0, upper=1, epsilon=1.0, record_level=True)
     with pytest.raises(ValueError, match="'key_column'"):
         PrivateQuantiles.PerKey(
-            [0.5], lower=0, upper=1, epsilon=1.0, unit_column=None, keys=["a"], key_column=""
+            [0.5], lower=0, upper=1, epsilon=1.0, record_level=True, keys=["a"], key_column=""
         )
     with pytest.raises(ValueError, match="distinct"):
-        PrivateMedian.PerKey(lower=0, upper=1, epsilon=1.0, unit_column=None, keys=["a", "a"])
+        PrivateMedian.PerKey(lower=0, upper=1, epsilon=1.0, record_level=True, keys=["a", "a"])
     with pytest.raises(ValueError, match="'tail'"):
-        PrivateMin.Globally(lower=0, upper=1, epsilon=1.0, unit_column=None, tail=0.5)
+        PrivateMin.Globally(lower=0, upper=1, epsilon=1.0, record_level=True, tail=0.5)
 
 
 def test_budget_shares_must_be_allocated_and_match() -> None:
     budget = PrivacyBudget(2.0)
     planned = budget.request("q", mechanism="permute_and_flip", rounds=1)
     with pytest.raises(ValueError, match="finalize"):
-        PrivateQuantiles.Globally([0.25, 0.75], lower=0, upper=1, epsilon=planned, unit_column=None)
+        PrivateQuantiles.Globally(
+            [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True
+        )
     budget.finalize()
     with pytest.raises(ValueError, match="rounds=2"):  # the joint split: ceil(log3(4 + 1))
         PrivateQuantiles.Globally(
-            [0.25, 0.5, 0.75, 0.9], lower=0, upper=1, epsilon=planned, unit_column=None
+            [0.25, 0.5, 0.75, 0.9], lower=0, upper=1, epsilon=planned, record_level=True
         )
     with pytest.raises(ValueError, match="mechanism"):
         PrivateQuantiles.Globally(
-            [0.25, 0.75], lower=0, upper=1, epsilon=planned, unit_column=None, method="exponential"
+            [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True, method="exponential"
         )
     transform = PrivateQuantiles.Globally(
-        [0.25, 0.75], lower=0, upper=1, epsilon=planned, unit_column=None
+        [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True
     )
     assert transform.plan.rounds == 1 and transform.plan.epsilon == Fraction(2.0)
 
@@ -230,7 +234,7 @@ def test_labels_and_display_data_describe_the_release() -> None:
     assert shown["num_keys"] == 3 and shown["rounds"] == 1
     assert "max_contributions_per_unit': 4" in shown["contribution_bounds"]
     assert (
-        PrivateMedian.Globally(lower=0, upper=1, epsilon=1.0, unit_column=None).default_label()
+        PrivateMedian.Globally(lower=0, upper=1, epsilon=1.0, record_level=True).default_label()
         == "PrivateMedian.Globally(median)"
     )
 
@@ -249,7 +253,12 @@ def test_globally_on_record_batches_releases_accurate_quantiles() -> None:
             p
             | beam.Create(batches(values))
             | PrivateQuantiles.Globally(
-                [0.9, 0.1, 0.5], lower=0.0, upper=20.0, epsilon=HUGE, unit_column=None
+                [0.9, 0.1, 0.5],
+                lower=0.0,
+                upper=20.0,
+                epsilon=HUGE,
+                record_level=True,
+                on_bad_record="skip",  # the NaN values: dropped by the public rule
             )
         )
     )
@@ -281,7 +290,7 @@ def test_numbers_and_arrays_work_at_record_level() -> None:
                 lower=0.0,
                 upper=10.0,
                 epsilon=HUGE,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 num_points=101,
             )
@@ -299,7 +308,7 @@ def test_empty_input_still_gets_a_release() -> None:
                 lower=0.0,
                 upper=1.0,
                 epsilon=1.0,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 num_points=11,
             )
@@ -385,7 +394,7 @@ def test_per_key_pairs_at_record_level() -> None:
                 lower=0.0,
                 upper=10.0,
                 epsilon=HUGE,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 keys=["a", "b"],
                 num_points=101,
@@ -402,7 +411,13 @@ def test_min_max_and_budget_share_on_one_pipeline() -> None:
 
     def build(p: beam.Pipeline) -> Any:
         data = p | beam.Create(batches(values))
-        common = {"lower": 0.0, "upper": 10.0, "unit_column": None, "num_points": 1001}
+        common = {
+            "lower": 0.0,
+            "upper": 10.0,
+            "unit_column": None,
+            "record_level": True,
+            "num_points": 1001,
+        }
         return (
             data | "min" >> PrivateMin.Globally(epsilon=shares[0], **common),
             data | "max" >> PrivateMax.Globally(epsilon=shares[1], tail=0.05, **common),
@@ -427,6 +442,7 @@ def test_coarse_to_fine_globally_and_per_key() -> None:
             "upper": 10.0,
             "epsilon": HUGE,
             "unit_column": None,
+            "record_level": True,
             "num_points": 11,
             "refine": True,
             "refine_points": 10_001,
@@ -456,6 +472,7 @@ def test_mean_with_both_relations() -> None:
             "upper": 10.0,
             "epsilon": HUGE,
             "unit_column": None,
+            "record_level": True,
             "num_points": 101,
         }
         return (
@@ -478,10 +495,10 @@ def test_mean_per_key_and_a_log_grid_median() -> None:
     def build(p: beam.Pipeline) -> Any:
         data = p | beam.Create(batches(values, key=keys))
         means = data | "means" >> PrivateMean.PerKey(
-            lower=0.0, upper=10.0, epsilon=HUGE, unit_column=None, keys=["low", "high", "none"]
+            lower=0.0, upper=10.0, epsilon=HUGE, record_level=True, keys=["low", "high", "none"]
         )
         median = data | "median" >> PrivateMedian.Globally(
-            lower=0.01, upper=10.0, epsilon=HUGE, unit_column=None, grid="log", num_points=10_001
+            lower=0.01, upper=10.0, epsilon=HUGE, record_level=True, grid="log", num_points=10_001
         )
         return (means, median) | beam.Flatten()
 
@@ -502,7 +519,7 @@ def test_bad_records_fail_the_pipeline_when_asked() -> None:
                 p
                 | beam.Create(batches(values))
                 | PrivateMedian.Globally(
-                    lower=0.0, upper=10.0, epsilon=1.0, unit_column=None, on_bad_record="fail"
+                    lower=0.0, upper=10.0, epsilon=1.0, record_level=True, on_bad_record="fail"
                 )
             )
         )
@@ -510,9 +527,9 @@ def test_bad_records_fail_the_pipeline_when_asked() -> None:
 
 def test_mean_refuses_n_under_add_remove_at_construction() -> None:
     with pytest.raises(ValueError, match="only used with relation='replace'"):
-        PrivateMean.Globally(lower=0, upper=1, epsilon=1.0, unit_column=None, n=10)
+        PrivateMean.Globally(lower=0, upper=1, epsilon=1.0, record_level=True, n=10)
     with pytest.raises(ValueError, match="'n'"):
-        PrivateMean.Globally(lower=0, upper=1, epsilon=1.0, unit_column=None, relation="replace")
+        PrivateMean.Globally(lower=0, upper=1, epsilon=1.0, record_level=True, relation="replace")
 
 
 def test_windows_get_one_release_each() -> None:
@@ -533,7 +550,7 @@ def test_windows_get_one_release_each() -> None:
                 lower=0.0,
                 upper=10.0,
                 epsilon=HUGE,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 num_points=101,
             )
@@ -567,7 +584,7 @@ def test_windows_per_key() -> None:
                 lower=0.0,
                 upper=10.0,
                 epsilon=HUGE,
-                unit_column=None,
+                record_level=True,
                 value_column=None,
                 keys=["a", "b"],
                 num_points=101,
@@ -607,7 +624,7 @@ def test_pipeline_output_follows_the_exact_distribution(method: str) -> None:
                 lower=0.0,
                 upper=8.0,
                 epsilon=epsilon,
-                unit_column=None,
+                record_level=True,
                 keys=list(range(num_keys)),
                 grid=grid.points.tolist(),
                 method=method,

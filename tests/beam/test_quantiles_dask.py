@@ -98,7 +98,7 @@ def build(pipeline: beam.Pipeline, paths: list[str], out: str) -> None:
         unit_column="user", max_contributions=3, refine=True, refine_points=1001, **common
     )
     mean = batches | "Mean" >> PrivateMean.Globally(
-        unit_column=None, **{k: v for k, v in common.items() if k != "salt"}
+        record_level=True, **{k: v for k, v in common.items() if k != "salt"}
     )
     # max_keys_per_unit="auto": every unit has one region, so one key per unit is chosen
     keys_auto = batches | "KeysAuto" >> PrivateMedian.PerKey(

@@ -308,7 +308,7 @@ def test_budget_shares_are_checked_against_the_transform() -> None:
                 epsilon=1.0,
                 sensitivity=1,
                 monotone=True,
-                unit_column=None,
+                record_level=True,
             ),
             "CombineFn",
         ),  # type: ignore[arg-type]
@@ -319,7 +319,7 @@ def test_budget_shares_are_checked_against_the_transform() -> None:
                 epsilon=1.0,
                 sensitivity=0,
                 monotone=True,
-                unit_column=None,
+                record_level=True,
             ),
             "'sensitivity'",
         ),
@@ -357,7 +357,7 @@ def test_candidates_from_a_file(tmp_path: Any) -> None:
     path = tmp_path / "parties.txt"
     path.write_text("# parties\nGyudon\n\n  Melon-pan  \n", encoding="utf-8")
     transform = Election.Globally(
-        candidate_column="c", candidates=str(path), unit_column=None, epsilon=1.0, score="margin"
+        candidate_column="c", candidates=str(path), record_level=True, epsilon=1.0, score="margin"
     )
     assert transform.display_data()["num_candidates"] == 2
     (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
@@ -405,7 +405,7 @@ def test_per_key_epsilon_follows_the_keys_one_unit_can_reach() -> None:
     )
     assert per_key(max_keys_per_unit=2).display_data()["epsilon"] == pytest.approx(0.6)
     assert per_key(max_keys_per_unit=9).keys_per_unit == 4
-    assert per_key(unit_column=None).keys_per_unit == 1  # a record has one key
+    assert per_key(unit_column=None, record_level=True).keys_per_unit == 1  # a record has one key
 
 
 def _release(
@@ -449,7 +449,7 @@ def test_ledger_entries_to_record_charges_each_transform_once() -> None:
 def test_record_level_key_selection_uses_one_label_per_unit() -> None:
     transform = SelectCandidates.Globally(
         candidate_column="site",
-        unit_column=None,
+        record_level=True,
         epsilon=1.0,
         delta=1e-6,
         max_candidates_per_unit=5,

@@ -74,7 +74,7 @@ def test_a_million_price_combiner_pickles_small_and_selects_the_same() -> None:
 def test_irregular_grid_combiner_survives_pickling() -> None:
     prices = [0.5, 0.75, 2.0, 3.25, 7.0]
     fn = BestPrice.Globally(
-        value_column="v", unit_column=None, prices=prices, epsilon=1.0
+        value_column="v", record_level=True, prices=prices, epsilon=1.0
     )._plan.combine_fn
     again = pickler.loads(pickler.dumps(fn))
     assert again._packed is None or np.array_equal(again._thresholds, fn._thresholds)

@@ -65,7 +65,7 @@ def test_two_candidate_per_key_releases_follow_the_exact_law(
     transform = Election.PerKey(
         candidate_column="vote",
         candidates=["A", "B"],
-        unit_column=None,
+        record_level=True,
         key_column="village",
         keys=with_data + without,
         epsilon=0.5,
@@ -110,7 +110,7 @@ def test_per_key_selections_do_not_call_the_one_key_sampler(
             | TopCandidates.PerKey(
                 candidate_column="c",
                 candidates=["a", "b", "c"],
-                unit_column=None,
+                record_level=True,
                 key_column="k",
                 keys=keys,
                 epsilon=1.0,
@@ -126,7 +126,7 @@ def test_top_k_per_key_keeps_one_release_per_key(collect: Any) -> None:
     transform = TopCandidates.PerKey(
         candidate_column="c",
         candidates=["a", "b", "c"],
-        unit_column=None,
+        record_level=True,
         key_column="k",
         keys=["x", "y", "z"],
         k=2,
@@ -186,7 +186,7 @@ def test_release_many_has_the_law_and_record_of_release() -> None:
         spec = TopCandidates.PerKey(
             candidate_column="c",
             candidates=["a", "b", "c"],
-            unit_column=None,
+            record_level=True,
             key_column="k",
             keys=["x"],
             epsilon=1.0,
@@ -219,7 +219,7 @@ def test_best_price_per_key_labels_are_python_floats(collect: Any) -> None:
             | beam.Create([rows])
             | BestPrice.PerKey(
                 value_column="wtp",
-                unit_column=None,
+                record_level=True,
                 prices=[0.5, 1.0, 2.0, 2.5],
                 key_column="k",
                 keys=["x", "y", "z"],
@@ -247,7 +247,7 @@ def test_per_key_with_candidates_from_a_side_input(collect: Any, labels: list[st
             | TopCandidates.PerKey(
                 candidate_column="c",
                 candidates=candidates,
-                unit_column=None,
+                record_level=True,
                 key_column="k",
                 keys=["x", "y", "z"],
                 epsilon=1.0,

@@ -538,7 +538,7 @@ def test_record_level_privacy_counts_every_record_as_a_unit(tmp_path: Path) -> N
             p
             | beam.Create([rows])
             | TopCandidates.Globally(
-                candidate_column="site", candidates=["a", "b"], unit_column=None, epsilon=2.0
+                candidate_column="site", candidates=["a", "b"], record_level=True, epsilon=2.0
             )
         ),
         tmp_path,

@@ -222,7 +222,13 @@ def test_selection_and_quantiles_release_in_the_same_windows(collect: Any) -> No
 
     def build(p: beam.Pipeline) -> Any:
         data = windowed(p, rows)
-        kwargs: dict[str, Any] = {"lower": 0.0, "upper": 10.0, "epsilon": 1.0, "value_column": "v"}
+        kwargs: dict[str, Any] = {
+            "lower": 0.0,
+            "upper": 10.0,
+            "epsilon": 1.0,
+            "value_column": "v",
+            "on_bad_record": "skip",  # the NaN value of the window with no candidate
+        }
         outputs = [
             data
             | "Top"
@@ -359,11 +365,14 @@ def test_unbounded_windowed_input_with_units_is_accepted(make: Any) -> None:
 
 
 def test_record_level_privacy_accepts_fixed_windows_only() -> None:
-    _apply(_top(unit_column=None), window.FixedWindows(10))  # accepted
+    _apply(_top(unit_column=None, record_level=True), window.FixedWindows(10))  # accepted
     with pytest.raises(ValueError, match=r"only with FixedWindows.*received SlidingWindows"):
-        _apply(_top(unit_column=None), window.SlidingWindows(10, 5))
+        _apply(_top(unit_column=None, record_level=True), window.SlidingWindows(10, 5))
     with pytest.raises(ValueError, match="only with FixedWindows"):
-        _apply(_median(unit_column=None, value_column=None), window.SlidingWindows(10, 5))
+        _apply(
+            _median(unit_column=None, record_level=True, value_column=None),
+            window.SlidingWindows(10, 5),
+        )
 
 
 def test_max_windows_per_unit_is_validated_at_construction() -> None:
@@ -373,9 +382,9 @@ def test_max_windows_per_unit_is_validated_at_construction() -> None:
         with pytest.raises((ValueError, TypeError), match="max_windows_per_unit"):
             _median(max_windows_per_unit=bad)
     with pytest.raises(ValueError, match="applies only with a 'unit_column'"):
-        _top(unit_column=None, max_windows_per_unit=2)
+        _top(unit_column=None, record_level=True, max_windows_per_unit=2)
     with pytest.raises(ValueError, match="applies only with a 'unit_column'"):
-        _median(unit_column=None, max_windows_per_unit=2)
+        _median(unit_column=None, record_level=True, max_windows_per_unit=2)
 
 
 def test_max_windows_per_unit_above_one_in_the_global_window_is_refused() -> None:

@@ -246,6 +246,7 @@ def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
             value_column="v",
             num_points=101,
             max_windows_per_unit=2,
+            on_bad_record="skip",  # the NaN values
         )
         quartiles = data | "Quartiles" >> PrivateQuantiles.PerKey(
             [0.25, 0.75],
@@ -259,6 +260,7 @@ def test_streaming_releases_run_at_epsilon_over_max_windows_in_the_same_windows(
             max_keys_per_unit=2,
             num_points=101,
             max_windows_per_unit=2,
+            on_bad_record="skip",  # the NaN values
         )
         return (probe, top, median, quartiles) | beam.Flatten()
 

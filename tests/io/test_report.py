@@ -361,7 +361,7 @@ def _cdf(key: Any = None, quantiles: list[float] | None = None, seed: int = 0) -
         upper=100.0,
         num_points=201,
         epsilon=2.0,
-        unit_column=None,
+        record_level=True,
         quantiles=quantiles,
         name="spend_cdf" if key is None else "spend_cdf_by_country",
     )
