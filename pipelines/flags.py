@@ -224,6 +224,15 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
         ),
     )
     parser.add_argument(
+        "--unit_ids",
+        choices=["normalize", "exact"],
+        default="normalize",
+        help="how --privacy_unit's values name a person: normalize (default) reads the forms "
+        "one id takes across exports as one person (12, 12.0, ' +012 ', case and Unicode "
+        "forms; merging only costs utility); exact takes each value as given, for ids that "
+        "are already canonical",
+    )
+    parser.add_argument(
         "--epsilon",
         metavar="EPSILON",
         type=float,

@@ -214,6 +214,7 @@ def run_statistics(
     options: PipelineOptions,
     output: str,
     record_level: bool = False,
+    unit_ids: str = "normalize",
     ledger: str | None = None,
     dataset: str | None = None,
     overwrite: bool = False,
@@ -254,7 +255,12 @@ def run_statistics(
         on_bad_record=on_bad_record,
     )
     for spec in specs:
-        spec.check(unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record)
+        spec.check(
+            unit_column=privacy_unit,
+            relation=relation,
+            on_bad_record=on_bad_record,
+            unit_ids=unit_ids,
+        )
     for spec in specs:
         spec.request(budget)
     budget.finalize()
@@ -262,7 +268,10 @@ def run_statistics(
         (
             spec,
             spec.transform(
-                unit_column=privacy_unit, relation=relation, on_bad_record=on_bad_record
+                unit_column=privacy_unit,
+                relation=relation,
+                on_bad_record=on_bad_record,
+                unit_ids=unit_ids,
             ),
         )
         for spec in specs
@@ -348,6 +357,7 @@ def run_single(
         input_format=args.input_format,
         privacy_unit=args.privacy_unit,
         record_level=args.record_level,
+        unit_ids=args.unit_ids,
         relation=args.relation,
         on_bad_record=args.on_bad_record,
         budget=PrivacyBudget(args.epsilon, args.delta),

@@ -69,6 +69,7 @@ INPUT_KEYS: dict[str, Any] = {
     "format": Literal[FORMATS],
     "privacy_unit": str,
     "record_level": bool,
+    "unit_ids": Literal["normalize", "exact"],
     "on_bad_record": Literal["fail", "skip"],
 }
 BUDGET_KEYS: dict[str, Any] = {
@@ -181,6 +182,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         input_format=source.get("format"),
         privacy_unit=source.get("privacy_unit"),
         record_level=bool(source.get("record_level", False)),
+        unit_ids=source.get("unit_ids", "normalize"),
         relation=budget_config.get("relation", "add_remove"),
         on_bad_record=source.get("on_bad_record", "fail"),
         budget=budget,

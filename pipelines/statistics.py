@@ -487,7 +487,14 @@ class StatisticSpec:
             rounds=self.rounds,
         )
 
-    def check(self, *, unit_column: str | None, relation: str, on_bad_record: str) -> None:
+    def check(
+        self,
+        *,
+        unit_column: str | None,
+        relation: str,
+        on_bad_record: str,
+        unit_ids: str = "normalize",
+    ) -> None:
         """Build the transform once with the statistic's own epsilon (or 1.0 for a weight).
 
         Every parameter is validated by the transform's constructor, so a bad one fails here,
@@ -503,6 +510,7 @@ class StatisticSpec:
             unit_column=unit_column,
             relation=relation,
             on_bad_record=on_bad_record,
+            unit_ids=unit_ids,
         )
         # What the budget share must name: the transform answers (e.g. a quantile release's
         # rounds are its plan's levels).
@@ -510,7 +518,12 @@ class StatisticSpec:
         self.rounds = transform.rounds
 
     def transform(
-        self, *, unit_column: str | None, relation: str, on_bad_record: str
+        self,
+        *,
+        unit_column: str | None,
+        relation: str,
+        on_bad_record: str,
+        unit_ids: str = "normalize",
     ) -> PrivateTransform:
         """The beam_dp transform (call after ``budget.finalize()``)."""
         return self._build(
@@ -519,6 +532,7 @@ class StatisticSpec:
             unit_column=unit_column,
             relation=relation,
             on_bad_record=on_bad_record,
+            unit_ids=unit_ids,
         )
 
     def _build(
@@ -529,9 +543,11 @@ class StatisticSpec:
         unit_column: str | None,
         relation: str,
         on_bad_record: str,
+        unit_ids: str = "normalize",
     ) -> PrivateTransform:
         common: dict[str, Any] = {
             "unit_column": unit_column,
+            "unit_ids": unit_ids,
             # the job checked --privacy_unit against --record_level before building anything
             "record_level": unit_column is None,
             "epsilon": main,
