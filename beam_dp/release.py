@@ -51,6 +51,7 @@ from beam_dp.mechanisms import score_loss_bound
 __all__ = [
     "AccuracyStatement",
     "Release",
+    "bound_notes",
     "cdf_statement",
     "ledger_entries_to_record",
     "make_release",
@@ -461,6 +462,9 @@ class Release:
         rng_secure: False when the release was sampled with a seeded test generator.
         statement: its accuracy in the statistic's units and in words (``None``: the
             ledger's bounds only).
+        notes: sentences about the released value a reader must not miss, computed from the
+            value and public parameters only (post-processing): a value released at a public
+            bound says that the data may extend beyond it (:func:`bound_notes`).
     """
 
     value: Any
@@ -469,6 +473,7 @@ class Release:
     window: str | None = None
     rng_secure: bool = True
     statement: AccuracyStatement | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -509,6 +514,8 @@ class Release:
             units = {"confidence": "probability", **self.statement.units}
             out["accuracy_units"] = {k: units[k] for k in out["accuracy"] if k in units}
             out["accuracy_description"] = self.statement.description
+        if self.notes:
+            out["notes"] = list(self.notes)
         out["rng"] = "os_csprng" if self.rng_secure else "insecure_seeded_test_generator"
         return out
 
@@ -539,6 +546,7 @@ def make_release(
     key: Any = None,
     window: str | None = None,
     rng_secure: bool = True,
+    notes: Sequence[str] = (),
 ) -> Release:
     """Build a release whose ledger carries the utility guarantee at ``confidence``.
 
@@ -587,7 +595,34 @@ def make_release(
         window=window,
         rng_secure=rng_secure,
         statement=statement,
+        notes=tuple(notes),
     )
+
+
+def bound_notes(
+    released: Sequence[tuple[str, float]], *, lower: float, upper: float
+) -> tuple[str, ...]:
+    """One sentence per released value that sits on a public bound (post-processing).
+
+    Values are clamped to ``[lower, upper]`` before anything is computed, so a value released
+    at a bound says only that the statistic is at or beyond it: the data may extend past the
+    bound, and a wider bound would tell more. Built from the released values and the public
+    bounds alone.
+
+    Args:
+        released: ``(what, value)`` pairs, ``what`` naming the value ("the median",
+            "the 0.75-quantile").
+    """
+    notes = []
+    for what, value in released:
+        for side, bound in (("lower", lower), ("upper", upper)):
+            if float(value) == float(bound):
+                notes.append(
+                    f"{what} was released at the {side} bound {bound:g}: the data may extend "
+                    f"{'below' if side == 'lower' else 'beyond'} it (values are clamped to "
+                    f"[{lower:g}, {upper:g}]); a wider bound would say how far"
+                )
+    return tuple(notes)
 
 
 def ledger_entries_to_record(releases: Iterable[Release]) -> list[LedgerEntry]:

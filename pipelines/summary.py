@@ -82,6 +82,23 @@ def _accuracy_header(releases: Sequence[dict[str, Any]]) -> str:
     return "accuracy (at each release's confidence)"
 
 
+def _print_notes(releases: Sequence[dict[str, Any]], out: Any) -> None:
+    """What a reader must not miss about a released value (a value at a public bound)."""
+    notes = [
+        (r["name"] if r.get("key") is None else f"{r['name']} [{r['key']}]", note)
+        for r in releases
+        for note in r.get("notes") or ()
+    ]
+    if not notes:
+        return
+    print("\nnote:", file=out)
+    for label, note in notes:
+        for line in textwrap.wrap(
+            f"{label}: {note}", width=100, initial_indent="  ", subsequent_indent="    "
+        ):
+            print(line, file=out)
+
+
 def _print_descriptions(releases: Sequence[dict[str, Any]], out: Any) -> None:
     """Each release's accuracy in words, once per statistic when its keys share the text."""
     seen: dict[tuple[str, str], list[str]] = {}
@@ -163,6 +180,7 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
         print("  ".join(cells).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)
+    _print_notes(document["releases"], out)
     _print_descriptions(document["releases"], out)
     _print_chosen_bounds(document["releases"], out)
     budget = document["budget"]

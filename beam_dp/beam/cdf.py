@@ -87,7 +87,7 @@ from beam_dp.mechanisms.cdf import (
     release_ks_cdf,
 )
 from beam_dp.mechanisms.cdf.params import check_count_parameter, check_size
-from beam_dp.release import Release, cdf_statement
+from beam_dp.release import Release, bound_notes, cdf_statement
 from beam_dp.summaries.histogram import Grid, GridHistogram
 from beam_dp.summaries.quantiles import parse_quantiles
 
@@ -324,7 +324,17 @@ class CDFSpec:
             count_error=ks.count_error if ks.count_released else None,
         )
         value = CDFValue.from_release(ks, self.quantiles, self.grid)
-        return Release(value=value, ledger=entry, rng_secure=ks.secure, statement=statement)
+        notes = bound_notes(
+            [
+                (f"the {alpha:g}-quantile read from the CDF", point)
+                for alpha, point in value.quantiles
+            ],
+            lower=self.grid.lower,
+            upper=self.grid.upper,
+        )
+        return Release(
+            value=value, ledger=entry, rng_secure=ks.secure, statement=statement, notes=notes
+        )
 
 
 class CDFCombineFn(GridHistogramFn):

@@ -23,7 +23,13 @@ import numpy as np
 
 from beam_dp.beam.plan import values_of
 from beam_dp.mechanisms import RandomSource
-from beam_dp.release import Release, make_release, mean_statement, quantile_statement
+from beam_dp.release import (
+    Release,
+    bound_notes,
+    make_release,
+    mean_statement,
+    quantile_statement,
+)
 from beam_dp.summaries.contribution_bounds import BoundChoice, choose_bound
 from beam_dp.summaries.histogram import ExactSum, Grid, GridHistogram
 from beam_dp.summaries.quantiles import (
@@ -199,12 +205,18 @@ class QuantileSpec(GridReleaseSpec):
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
         value: Any = selection.values[0] if self.scalar else list(selection.values)
+        named = {"median": "the median", "min": "the minimum", "max": "the maximum"}
+        released = [
+            (named.get(self.statistic, f"the {float(alpha):g}-quantile"), point)
+            for alpha, point in zip(self.plan.quantiles, selection.values, strict=True)
+        ]
         return self.record(
             selection,
             statistic=self.statistic,
             value=value,
             mechanism=self.plan.method,
             rounds=selection.rounds,
+            notes=bound_notes(released, lower=self.grid.lower, upper=self.grid.upper),
             extra_accuracy=extra,
             statement=quantile_statement(
                 [float(q) for q in self.plan.quantiles],
@@ -476,6 +488,11 @@ class MeanSpec(GridReleaseSpec):
             statistic="mean",
             value=selection.value,
             mechanism=self.plan.method,
+            notes=bound_notes(
+                [("the mean", selection.value)],
+                lower=self.plan.grid.lower,
+                upper=self.plan.grid.upper,
+            ),
             extra_accuracy={
                 "score_loss": selection.score_loss,
                 "cell_width": selection.cell_width,

@@ -121,6 +121,7 @@ RELEASE_AVRO_SCHEMA: dict[str, Any] = {
         {"name": "contribution_bounds", "type": {"type": "array", "items": _BOUND}},
         {"name": "accuracy", "type": {"type": "array", "items": _ACCURACY}},
         {"name": "accuracy_description", **_optional("string")},
+        {"name": "notes", "type": {"type": "array", "items": "string"}, "default": []},
         {"name": "rng", "type": "string"},
     ],
 }
@@ -247,6 +248,7 @@ def release_avro_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
                     for k, v in release["accuracy"].items()
                 ],
                 "accuracy_description": release.get("accuracy_description"),
+                "notes": list(release.get("notes") or ()),
                 "rng": release["rng"],
             }
         )
@@ -347,6 +349,8 @@ def read_release_avro(path: str | os.PathLike[str]) -> dict[str, Any]:
                 record["accuracy_units"] = units
             if row["accuracy_description"] is not None:
                 record["accuracy_description"] = row["accuracy_description"]
+            if row["notes"]:
+                record["notes"] = list(row["notes"])
             record["rng"] = row["rng"]
             releases.append(record)
         metadata = reader.metadata

@@ -88,11 +88,12 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
             accuracy.pop(key, None)
     grid = [] if step is None else [f"grid step {format_number(step, step)}"]
     grid += chosen
+    notes = [note for note in release.get("notes") or () if isinstance(note, str)]
     description = release.get("accuracy_description")
     if isinstance(description, str) and description:
-        return [_e(item) for item in (description, *grid)]
+        return [_e(item) for item in (*notes, description, *grid)]
     accuracy.pop("cell_width", None)
-    items = []
+    items = list(notes)
     for key in VALUE_ERROR_KEYS:
         if key in accuracy and _is_number(accuracy[key]):
             half = format_number(float(accuracy.pop(key)), step)
