@@ -193,6 +193,8 @@ CONCENTRATED = Data(tuple(background(300, 90.0)))
 TWO_KEYS = Data(replace_keys=("de", "fr"))  # .PerKey under replace: two keys of m = 2 change
 # Rows per unit under replace: the adversary holds one row (as every background unit) in D.
 ONE_ROW = Data(quiet_rows=1)
+# (More units: each key's scores far from the others', so its release is told apart.)
+ONE_ROW_TWO_KEYS = Data(tuple(background(150)), quiet_rows=1, replace_keys=("de", "fr"))
 CONCENTRATED_ONE_ROW = Data(tuple(background(300, 90.0)), quiet_rows=1)
 # Keys per unit: four public keys (candidates 1, 2 and 4: the adversary's four keys move two
 # scores), and enough units at one key each that the choice's output law is concentrated.
@@ -524,6 +526,22 @@ def _sites() -> list[Site]:
             ),
             stages=_choice_stages(),
             data=CONCENTRATED_ONE_ROW,
+        ),
+        Site(
+            "auto_rows_per_key",  # one choice over (unit, key) counts: m per unit
+            lambda r: PrivateQuantiles.PerKey(
+                [0.1],
+                bound_share=0.5,
+                bound_cap=CAP,
+                **_per_key(2),
+                **_values("auto_rows_per_key", r, "auto"),
+            ),
+            (
+                Mutant("rows-per-(unit, key) choice at 2ε", CHOICE, "select"),
+                Mutant("per-key quantile at the chosen bound at 2ε", QUANTILES, "select"),
+            ),
+            stages=_choice_stages(),
+            data=ONE_ROW_TWO_KEYS,
         ),
         Site(
             "auto_keys",
