@@ -493,6 +493,25 @@ def _sites() -> list[Site]:
             ),
         ),
         Site(
+            "coarse_to_fine_quantiles",  # m quantiles: m coarse cells at ε_coarse / m each
+            lambda r: PrivateQuantiles.Globally(
+                [0.48, 0.52],  # both inside the forced coarse cell: the fine pass sees them
+                split="independent",
+                refine=True,
+                refine_points=9,
+                refine_fraction=0.5,
+                **_values("coarse_to_fine_quantiles", r),
+            ),
+            (
+                Mutant("coarse pass (m cells) at 2ε", QUANTILES, "select", applies=_in(COARSE)),
+                Mutant("fine pass (m points) at 2ε", QUANTILES, "select", applies=_not_in(COARSE)),
+            ),
+            stages=(
+                Stage("coarse pass", HALF, lambda call, i: COARSE in call.modules),
+                Stage("fine pass", HALF, lambda call, i: COARSE not in call.modules),
+            ),
+        ),
+        Site(
             "mean",
             lambda r: PrivateMean.Globally(
                 **_values("mean", r), **({"n": CONCENTRATED.kept(2)} if r == "replace" else {})

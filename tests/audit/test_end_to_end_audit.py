@@ -3,7 +3,8 @@
 Issue 8, "Prove it end to end". Two methods:
 
 1. **Exact output distributions.** The sampler entry points the pipeline calls
-   (``select``, ``top_k`` and ``select_keys``, wherever a ``beam_dp`` module looks them up)
+   (``select``, ``top_k``, ``select_per_key``, ``select_keys`` and ``release_ks_cdf``,
+   wherever a ``beam_dp`` module looks them up)
    are wrapped: the wrapper records the merged integer scores, ε, Δ, monotonicity and method
    the combiner hands to the sampler, calls the original (so its checks still run), and
    returns a *public, data-independent* choice (the middle candidate; the first ``k``; the
@@ -15,7 +16,12 @@ Issue 8, "Prove it end to end". Two methods:
    over every key and window one privacy unit can reach, ``max |log P(r) - log P'(r)| <= ε``.
    Key selection is audited on its exact release probabilities
    (:func:`~beam_dp.mechanisms.partition_selection.release_probability`): the pure part on the
-   labels both neighbours hold, and the δ part on the labels only one of them holds.
+   labels both neighbours hold, and the δ part on the labels only one of them holds. The CDF
+   (``release_ks_cdf``, its public entry point) on the exact laws of its noisy count and of
+   its KS sample (:func:`~beam_dp.mechanisms.cdf.ks_pmf_bruteforce`, small grids only).
+   A release is the sampler calls of one Beam callback into beam_dp: a combiner's
+   ``extract_output``, or a ``Map`` over a side input (a bound choice, a release at the chosen
+   bound); ``test_call_sites.py`` audits every call site this way, each against its mutant.
 2. **Sampling.** Many independent trials in one pipeline (one public key per trial via
    ``.PerKey``, ``max_keys_per_unit=1``, fresh unit ids per trial), outcome frequencies, and
    a Clopper-Pearson lower bound on the privacy loss of each outcome (Bonferroni over the
