@@ -203,7 +203,9 @@ def run(mutants: Sequence[Mutant], *, baseline: bool, report: bool = True) -> li
                 status, _, tail = _pytest(tree, mutant.tests, mutant.timeout)
                 baselines[mutant.tests] = (status, tail)
             if baseline and baselines[mutant.tests][0] != "survived":
-                outcome = Outcome(mutant, "baseline failed", 0.0, baselines[mutant.tests][1])
+                status, tail = baselines[mutant.tests]
+                status = status if status == "no tests" else "baseline failed"
+                outcome = Outcome(mutant, status, 0.0, tail)
             else:
                 applied = _apply(tree, mutant)
                 if isinstance(applied, str):
