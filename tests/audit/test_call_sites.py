@@ -712,6 +712,7 @@ def recorders(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     yield monkeypatch
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("site", "relation"),
     [
