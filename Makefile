@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean postgresql chromium
+.PHONY: run test lint typecheck unit bench clean postgresql chromium mutants
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ unit: $(STAMP) postgresql chromium
 	$(BIN)/python -m pytest -n 2 -q
 
 test: lint typecheck unit
+
+# Privacy mutants (issue 28): each change listed in tools/mutants.toml (a calibration constant,
+# a sensitivity factor, a contribution bound, a budget split, a ledger state check, the identity
+# rule) is applied to a copy of the tree, and its own tests must fail. Not part of `make test`.
+mutants: $(STAMP) postgresql
+	$(BIN)/python tools/mutants.py
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[benchmarks]"

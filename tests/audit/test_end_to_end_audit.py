@@ -3,7 +3,8 @@
 Issue 8, "Prove it end to end". Two methods:
 
 1. **Exact output distributions.** The sampler entry points the pipeline calls
-   (``select``, ``top_k`` and ``select_keys``, wherever a ``beam_dp`` module looks them up)
+   (``select``, ``top_k``, ``select_per_key``, ``select_keys`` and ``release_ks_cdf``,
+   wherever a ``beam_dp`` module looks them up)
    are wrapped: the wrapper records the merged integer scores, ε, Δ, monotonicity and method
    the combiner hands to the sampler, calls the original (so its checks still run), and
    returns a *public, data-independent* choice (the middle candidate; the first ``k``; the
@@ -15,7 +16,12 @@ Issue 8, "Prove it end to end". Two methods:
    over every key and window one privacy unit can reach, ``max |log P(r) - log P'(r)| <= ε``.
    Key selection is audited on its exact release probabilities
    (:func:`~beam_dp.mechanisms.partition_selection.release_probability`): the pure part on the
-   labels both neighbours hold, and the δ part on the labels only one of them holds.
+   labels both neighbours hold, and the δ part on the labels only one of them holds. The CDF
+   (``release_ks_cdf``, its public entry point) on the exact laws of its noisy count and of
+   its KS sample (:func:`~beam_dp.mechanisms.cdf.ks_pmf_bruteforce`, small grids only).
+   A release is the sampler calls of one Beam callback into beam_dp: a combiner's
+   ``extract_output``, or a ``Map`` over a side input (a bound choice, a release at the chosen
+   bound); ``test_call_sites.py`` audits every call site this way, each against its mutant.
 2. **Sampling.** Many independent trials in one pipeline (one public key per trial via
    ``.PerKey``, ``max_keys_per_unit=1``, fresh unit ids per trial), outcome frequencies, and
    a Clopper-Pearson lower bound on the privacy loss of each outcome (Bonferroni over the
@@ -66,6 +72,7 @@ from stats_helpers import clopper_pearson
 
 import beam_dp.batching.bounding
 import beam_dp.batching.hashing
+import beam_dp.mechanisms.cdf
 import beam_dp.mechanisms.partition_selection
 import beam_dp.mechanisms.per_key
 import beam_dp.mechanisms.selection
@@ -87,6 +94,7 @@ from beam_dp.beam.selection import (
 )
 from beam_dp.io import ReadExport
 from beam_dp.mechanisms import selection_probabilities
+from beam_dp.mechanisms.cdf import DEFAULT_COUNT_SHARE, ks_pmf_bruteforce
 from beam_dp.mechanisms.partition_selection import release_probability
 from beam_dp.release import Release
 
@@ -126,6 +134,11 @@ class Call:
     labels: list[Any] | None = None  # select_keys: the label of each count
     delta: float = 0.0
     max_per_unit: int = 1  # select_keys: the enforced bound on labels per unit
+    # The beam_dp modules between the sampler and the function Beam called (innermost
+    # first): which stage of a release made the call (e.g. a bound choice, a coarse pass).
+    modules: tuple[str, ...] = ()
+    # Public parameters of other samplers (e.g. the CDF's normaliser and count share).
+    extra: tuple[Any, ...] = ()
 
     def signature(self) -> tuple[Any, ...]:
         """The public parameters of the call (equal in both neighbours by construction)."""
@@ -141,6 +154,7 @@ class Call:
             self.k,
             self.delta,
             self.max_per_unit,
+            self.extra,
         )
 
     def data(self) -> Any:
@@ -165,17 +179,25 @@ class Group:
 
 
 class Recorder:
-    """Collects :class:`Group` s of one pipeline run (the in-process runner: one thread)."""
+    """Collects :class:`Group` s of one pipeline run (the in-process runner: one thread).
+
+    A group is one call of a beam_dp function by Beam (a combiner's ``extract_output``, or a
+    ``Map`` such as a bound choice or a release at a chosen bound). A call whose release has
+    no spec name in reach (a bound choice) belongs to ``default``: the pipeline's only
+    transform, when it runs one.
+    """
 
     def __init__(self) -> None:
         self.groups: list[Group] = []
+        self.default: str | None = None
         self._frame: Any = None
         self._busy = False
 
     def record(self, call: Call, extract_frame: Any, transform: str | None) -> None:
+        transform = transform if transform is not None else self.default
         if extract_frame is None or transform is None:
             raise AssertionError(
-                "audit harness: a sampler was called outside a combiner's extract_output "
+                "audit harness: a sampler was called outside a beam_dp function run by Beam "
                 "(or without a named spec); update the harness to the new call path"
             )
         if extract_frame is not self._frame:
@@ -196,20 +218,50 @@ def _spec_name(obj: Any) -> str | None:
     return None
 
 
-def _context() -> tuple[str | None, Any, str | None, list[Any] | None]:
-    """(nearest spec name, innermost extract_output frame, its spec name, nearest labels)."""
-    frame = sys._getframe(2)
-    name = extract = transform = labels = None
+def _ours(frame: Any) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return bool(module == "beam_dp" or module.startswith("beam_dp."))
+
+
+@dataclasses.dataclass
+class Context:
+    """Where a sampler was called from (found by walking up the stack)."""
+
+    name: str | None  # the nearest spec's name
+    extract: Any  # the frame of the release: innermost extract_output, else Beam's entry
+    transform: str | None  # the release's spec name
+    labels: list[Any] | None  # the nearest local 'labels' list
+    modules: tuple[str, ...]  # beam_dp modules from the caller up to the entry, innermost first
+
+
+def _context(depth: int = 2) -> Context:
+    """The :class:`Context` of the sampler call ``depth`` frames up (2: a recorder's caller).
+
+    The release frame is the innermost ``extract_output``; a sampler called elsewhere (a
+    ``Map`` over a side input: a bound choice, a release at a chosen bound) belongs to the
+    innermost beam_dp frame that Beam called, the entry of one Beam callback.
+    """
+    frame = sys._getframe(depth)
+    name = extract = transform = labels = entry = None
+    modules: list[str] = []
     while frame is not None:
         local = frame.f_locals
-        if name is None:
-            name = _spec_name(local.get("self"))
+        ours = _ours(frame)
+        if name is None and ours:  # (a test runner's frames have names of their own)
+            for holder in ("self", "spec", "fn"):
+                name = name or _spec_name(local.get(holder))
         if labels is None and isinstance(local.get("labels"), list):
             labels = local["labels"]
         if extract is None and frame.f_code.co_name == "extract_output":
             extract, transform = frame, _spec_name(local.get("self"))
+        if ours and entry is None:
+            modules.append(frame.f_globals["__name__"])
+            if frame.f_back is None or not _ours(frame.f_back):
+                entry = frame
         frame = frame.f_back
-    return name, extract, transform, labels
+    if extract is None:
+        extract, transform = entry, name
+    return Context(name, extract, transform, labels, tuple(modules))
 
 
 _ORIGINAL_SELECT = beam_dp.mechanisms.selection.select
@@ -217,6 +269,7 @@ _ORIGINAL_TOP_K = beam_dp.mechanisms.selection.top_k
 _ORIGINAL_SELECT_KEYS = beam_dp.mechanisms.partition_selection.select_keys
 _ORIGINAL_SELECT_PER_KEY = beam_dp.mechanisms.per_key.select_per_key
 _ORIGINAL_BOUND_ROWS = beam_dp.batching.bounding.bound_rows
+_ORIGINAL_RELEASE_KS_CDF = beam_dp.mechanisms.cdf.release_ks_cdf
 
 
 def _as_list(scores: Any) -> list[Any]:
@@ -231,20 +284,21 @@ def _recording_select(scores: Any, **options: Any) -> int:
     recorder._busy = True
     try:
         _ORIGINAL_SELECT(scores, **options)  # its checks still run; its sample is discarded
-        name, extract, transform, _ = _context()
+        context = _context()
         values = _as_list(scores)
         recorder.record(
             Call(
                 "select",
-                name,
+                context.name,
                 values,
                 options["epsilon"],
                 options["sensitivity"],
                 bool(options.get("monotonic", False)),
                 options.get("method", "permute_and_flip"),
+                modules=context.modules,
             ),
-            extract,
-            transform,
+            context.extract,
+            context.transform,
         )
         return len(values) // 2  # public: the same history in both neighbours
     finally:
@@ -258,20 +312,21 @@ def _recording_top_k(scores: Any, k: int, **options: Any) -> list[int]:
     recorder._busy = True
     try:
         _ORIGINAL_TOP_K(scores, k, **options)
-        name, extract, transform, _ = _context()
+        context = _context()
         recorder.record(
             Call(
                 "top_k",
-                name,
+                context.name,
                 _as_list(scores),
                 options["epsilon"],
                 options["sensitivity"],
                 bool(options.get("monotonic", False)),
                 options.get("method", "permute_and_flip"),
                 k=int(k),
+                modules=context.modules,
             ),
-            extract,
-            transform,
+            context.extract,
+            context.transform,
         )
         return list(range(int(k)))
     finally:
@@ -286,7 +341,8 @@ def _recording_select_per_key(scores: Any, counts: Any = None, **options: Any) -
     recorder._busy = True
     try:
         _ORIGINAL_SELECT_PER_KEY(scores, counts, **options)  # its checks run; sample discarded
-        name, _, _, _ = _context()
+        context = _context()
+        name = context.name
         if name is None:
             raise AssertionError("audit harness: select_per_key called without a named spec")
         if counts is None:
@@ -304,6 +360,7 @@ def _recording_select_per_key(scores: Any, counts: Any = None, **options: Any) -
                 options["sensitivity"],
                 bool(options.get("monotonic", False)),
                 options.get("method", "permute_and_flip"),
+                modules=context.modules,
             )
             recorder.groups.append(Group(name, [call]))
         recorder._frame = None  # the next extract_output starts its own group
@@ -319,7 +376,8 @@ def _recording_select_keys(counts: Any, **options: Any) -> Any:
     recorder._busy = True
     try:
         _ORIGINAL_SELECT_KEYS(counts, **options)
-        name, extract, transform, labels = _context()
+        context = _context()
+        labels = context.labels
         values = [int(c) for c in np.asarray(counts).ravel()]
         if labels is None or len(labels) != len(values):
             raise AssertionError(
@@ -329,7 +387,7 @@ def _recording_select_keys(counts: Any, **options: Any) -> Any:
         recorder.record(
             Call(
                 "select_keys",
-                name,
+                context.name,
                 values,
                 options["epsilon"],
                 1,
@@ -338,11 +396,51 @@ def _recording_select_keys(counts: Any, **options: Any) -> Any:
                 labels=list(labels),
                 delta=float(options["delta"]),
                 max_per_unit=int(options["max_keys_per_unit"]),
+                modules=context.modules,
             ),
-            extract,
-            transform,
+            context.extract,
+            context.transform,
         )
         return np.array([label in _FORCED_LABELS for label in labels], dtype=bool)
+    finally:
+        recorder._busy = False
+
+
+def _recording_release_ks_cdf(cumulative_counts: Any, **options: Any) -> Any:
+    """The CDF's one release (a noisy count, then the KS sample): recorded, then drawn.
+
+    Nothing later depends on the draw, so its real output is returned.
+    """
+    recorder = _RECORDER
+    if recorder is None or recorder._busy:
+        return _ORIGINAL_RELEASE_KS_CDF(cumulative_counts, **options)
+    recorder._busy = True
+    try:
+        result = _ORIGINAL_RELEASE_KS_CDF(cumulative_counts, **options)  # its checks run
+        if options.get("k") is None:
+            raise AssertionError("audit harness: audit the CDF at a public k (k=None draws k)")
+        context = _context()
+        share = options.get("count_share")
+        recorder.record(
+            Call(
+                "ks",
+                context.name,
+                [int(c) for c in np.asarray(cumulative_counts).ravel()],
+                options["epsilon"],
+                int(options.get("max_contributions", 1)) * int(options["k"]),
+                k=int(options["k"]),
+                modules=context.modules,
+                extra=(
+                    options.get("n_public"),
+                    Fraction(DEFAULT_COUNT_SHARE if share is None else share),
+                    int(options.get("max_contributions", 1)),
+                    options.get("relation", "add_remove"),
+                ),
+            ),
+            context.extract,
+            context.transform,
+        )
+        return result
     finally:
         recorder._busy = False
 
@@ -383,6 +481,12 @@ def install_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
         _recording_select_keys,
         "beam_dp.mechanisms.partition_selection",
     ), "no beam_dp module calls select_keys: update the harness"
+    assert _patch_everywhere(
+        monkeypatch,
+        _ORIGINAL_RELEASE_KS_CDF,
+        _recording_release_ks_cdf,
+        "beam_dp.mechanisms.cdf.release",
+    ), "no beam_dp module calls release_ks_cdf: update the harness"
 
 
 # --------------------------------------------------------------------------- the audit
@@ -410,6 +514,8 @@ def _sensitivity_violations(a: Call, b: Call) -> list[str]:
     Not a failure by itself: the recursive quantile split under ``replace`` lets a deeper
     node's scores move by twice its add/remove Δ and runs it at half the level's ε.
     """
+    if a.kind == "ks":
+        return []  # the KS scores are not the recorded counts
     if a.kind == "select_keys":
         counts_a, counts_b = a.data(), b.data()
         labels = set(counts_a) | set(counts_b)
@@ -433,8 +539,44 @@ def _sensitivity_violations(a: Call, b: Call) -> list[str]:
     return problems
 
 
+def _ks_pmf(counts: list[int], call: Call, epsilon: Fraction, normaliser: int) -> np.ndarray:
+    _, _, c, relation = call.extra
+    law = ks_pmf_bruteforce(
+        counts,
+        k=call.k,
+        epsilon=epsilon,
+        relation=relation,
+        n_public=normaliser,
+        max_contributions=c,
+    )
+    return np.array([law[z] for z in sorted(law)])
+
+
+def ks_loss(a: Call, b: Call) -> float:
+    """The CDF's loss: the noisy count's (exact discrete Laplace: ``ε_count |n - n'| / c``,
+    attained by every output above both sizes) plus the KS sample's at each normaliser the
+    count may release near the two sizes (its law given the released count, exactly)."""
+    n_public, share, c, _ = a.extra
+    epsilon = Fraction(a.epsilon)
+    if n_public is None:  # the count is released on its share of epsilon
+        count_epsilon = epsilon * share
+        n_a, n_b = a.scores[-1], b.scores[-1]
+        count = float(count_epsilon) * abs(n_a - n_b) / c
+        normalisers = sorted({n_a, n_b, max(1, min(n_a, n_b) - c), max(n_a, n_b) + c})
+        epsilon -= count_epsilon
+    else:
+        count, normalisers = 0.0, [int(n_public)]
+    sample = max(
+        _log_loss(_ks_pmf(a.scores, a, epsilon, n), _ks_pmf(b.scores, b, epsilon, n))
+        for n in normalisers
+    )
+    return count + sample
+
+
 def call_loss(a: Call, b: Call) -> tuple[float, float]:
     """(pure privacy loss, probability mass outside it) of one call between neighbours."""
+    if a.kind == "ks":
+        return ks_loss(a, b), 0.0
     if a.kind == "select":
         return _log_loss(_pmf(a.scores, a, a.epsilon), _pmf(b.scores, b, b.epsilon)), 0.0
     if a.kind == "top_k":
@@ -1017,6 +1159,8 @@ def run_cases(
             errors[case.name] = f"{type(error).__name__}: {error}"
 
     def execute(items: list[tuple[Case, beam.PTransform]]) -> None:
+        assert _RECORDER is not None
+        _RECORDER.default = items[0][0].name if len(items) == 1 else None
         with beam.Pipeline(runner=FnApiRunner()) as pipeline:
             sources: dict[bool, Any] = {}
             if data is not None:

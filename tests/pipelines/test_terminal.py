@@ -11,6 +11,7 @@ import argparse
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -349,10 +350,113 @@ def test_a_usage_error_is_one_line(argv: list[str], capsys: pytest.CaptureFixtur
     assert "python -m pipelines.best_price --help" in lines[0]
 
 
+# A log record's first line: ours ("LEVEL logger: message", pipelines._terminal.LOG_FORMAT)
+# or Dask's default ("2024-05-01 12:00:00,123 - logger - LEVEL - message"); the lines up to the
+# next record's first line (a traceback) belong to it.
+_OUR_RECORD = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<logger>[\w.]+): ")
+_DASK_RECORD = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - (?P<logger>[\w.]+) - "
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) - (?P<message>.*)$"
+)
+# What Dask's worker processes may log while the job closes the local cluster its runner
+# started (execute.wait_for closes the client, and with it the cluster, when the run ends): a
+# worker's heartbeat reaching a scheduler that is already gone. Not ours to print, not ours to
+# silence in the job (the worker processes are Dask's), and not a sign of anything wrong.
+_DASK_SHUTDOWN = (
+    "Failed to communicate with scheduler during heartbeat",
+    "Unexpected exception during heartbeat. Closing worker",
+    "Scheduler was unaware of this worker; shutting down",
+    "Failed to log closing event",
+    "Closing dangling stream",
+)
+
+
+def _records(stderr: str) -> list[list[str]]:
+    """``stderr`` cut into log records (first line and continuation lines); a line before any
+    record's first line is a record of its own."""
+    records: list[list[str]] = []
+    for line in stderr.splitlines():
+        if _OUR_RECORD.match(line) or _DASK_RECORD.match(line) or not records:
+            records.append([line])
+        else:
+            records[-1].append(line)
+    return records
+
+
+def _without_dask_shutdown(stderr: str) -> list[list[str]]:
+    """The records of ``stderr`` but Dask's own shutdown records: a warning or an error of a
+    ``distributed`` logger whose message is one of :data:`_DASK_SHUTDOWN`, with its
+    traceback. Anything else Dask prints (its start-up chatter at INFO, any other warning)
+    stays, and so does everything from any other logger."""
+    kept = []
+    for record in _records(stderr):
+        match = _DASK_RECORD.match(record[0])
+        if (
+            match is not None
+            and match["logger"].split(".")[0] == "distributed"
+            and match["level"] in ("WARNING", "ERROR")
+            and match["message"].startswith(_DASK_SHUTDOWN)
+        ):
+            continue
+        kept.append(record)
+    return kept
+
+
+def _progress_only(stderr: str) -> bool:
+    """Every record left is one line of our progress (and there is one)."""
+    records = _without_dask_shutdown(stderr)
+    return bool(records) and all(len(r) == 1 and r[0].startswith(PROGRESS) for r in records)
+
+
+_HEARTBEAT = """\
+2026-05-01 12:00:03,456 - distributed.worker - ERROR - Failed to communicate with scheduler \
+during heartbeat.
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/distributed/comm/tcp.py", line 226, in read
+    frames_nosplit_nbytes_bin = await stream.read_bytes(fmt_size)
+tornado.iostream.StreamClosedError: Stream is closed
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/distributed/worker.py", line 1164, in heartbeat
+    response = await retry_operation(
+distributed.comm.core.CommClosedError: in <TCP (closed) ConnectionPool.heartbeat_worker \
+local=tcp://127.0.0.1:40000 remote=tcp://127.0.0.1:40001>: Stream is closed
+"""
+
+
+def test_only_the_runners_own_shutdown_records_are_left_out_of_a_dask_runs_output() -> None:
+    ours = [
+        f"{PROGRESS}running 4 stage(s): ReadExport, best_price, AllReleases, Collect",
+        f"{PROGRESS}the pipeline finished in 22.6 s; 4 stage(s) done: ReadExport",
+    ]
+    # The noise of issue 28 (a worker's heartbeat after the scheduler closed): left out,
+    # wherever it lands between our lines.
+    assert _progress_only("\n".join([ours[0], _HEARTBEAT, ours[1]]))
+    assert _progress_only("\n".join([*ours, _HEARTBEAT]))
+    # Everything else still fails the check: Dask's start-up chatter, any other Dask
+    # warning, the same message from another logger, a bare traceback, a line of ours that
+    # is not progress, and no output at all.
+    for other in (
+        "2026-05-01 12:00:01,000 - distributed.scheduler - INFO - State start",
+        "2026-05-01 12:00:01,000 - distributed.worker - WARNING - Compute Failed",
+        _HEARTBEAT.replace("distributed.worker", "apache_beam.runners.dask"),
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>',
+        "WARNING beam_dp.pipelines: 1 207 rows read",
+        f"{PROGRESS}started\n  a line under it",
+    ):
+        assert not _progress_only("\n".join([ours[0], other, ours[1]])), other
+    assert not _progress_only("")
+
+
 @pytest.mark.slow
 def test_a_dask_run_prints_progress_only(tmp_path: Path) -> None:
     # The runner starts a local cluster: its scheduler's and workers' start-up logs, Beam's
-    # warnings in the worker processes and Dask's partition warnings must not show.
+    # warnings in the worker processes and Dask's partition warnings must not show. The
+    # workers' own shutdown records (a heartbeat that finds the scheduler closed) may: they
+    # are Dask's, printed by its worker processes as the cluster closes, in any order with
+    # our last lines (issue 28: the test failed once on one).
     result = _job(
         "best_price",
         *_price_argv(SAMPLE, tmp_path / "out"),
@@ -361,8 +465,7 @@ def test_a_dask_run_prints_progress_only(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stderr.splitlines()
-    assert lines and all(line.startswith(PROGRESS) for line in lines), result.stderr
+    assert _progress_only(result.stderr), result.stderr
 
 
 def test_mixed_relations_are_refused_before_the_pipeline_is_built(
