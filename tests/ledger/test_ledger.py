@@ -349,3 +349,18 @@ def test_a_version_one_ledger_is_migrated_and_must_register_its_input(tmp_path: 
     assert [event.action for event in events] == ["protect"]
     with open_ledger(f"sqlite://{path}") as again:  # opened again: version 2, nothing to do
         assert again.status("d").committed.epsilon == Fraction(1, 2)
+
+
+def test_a_started_run_is_never_refunded(ledger_url: str) -> None:
+    with open_ledger(ledger_url, create=True) as ledger:
+        ledger.create_dataset("d", inputs=["/data/d/"], epsilon="1")
+        run = ledger.reserve("d", Plan.basic("0.5"), job("d"))
+        run.start()
+        assert ledger.run(run.run_id).started_at is not None
+        with pytest.raises(LedgerError, match="only a reserved run that never started"):
+            run.release()
+        with pytest.raises(LedgerError, match="began reading data at .*may have published"):
+            ledger.release_run(run.run_id, reason="the job failed")
+        with pytest.raises(LedgerError, match="only a reserved run that has not started"):
+            run.start()
+        assert ledger.status("d").reserved.epsilon == Fraction(1, 2)
