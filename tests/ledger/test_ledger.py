@@ -359,7 +359,7 @@ def test_a_started_run_is_never_refunded(ledger_url: str) -> None:
         assert ledger.run(run.run_id).started_at is not None
         with pytest.raises(LedgerError, match="only a reserved run that never started"):
             run.release()
-        with pytest.raises(LedgerError, match="began reading data at .*may have published"):
+        with pytest.raises(LedgerError, match=r"began reading data at .*may have published"):
             ledger.release_run(run.run_id, reason="the job failed")
         with pytest.raises(LedgerError, match="only a reserved run that has not started"):
             run.start()
