@@ -33,6 +33,7 @@ No message ever quotes a value or passes on a library's message.
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,19 +51,24 @@ from beam_dp.errors import BadRecordError, data_error
 
 __all__ = [
     "CANDIDATE",
+    "ELEMENT_SHAPES",
     "KEY",
     "UNIT",
     "VALUE",
     "BadRecordError",
     "ColumnBatch",
     "EncodeStats",
+    "LabelMatch",
     "OnBadRecord",
     "PublicIndex",
     "as_table",
+    "check_label_match",
     "concat_batches",
     "empty_batch",
     "encode_batch",
+    "is_record",
     "num_rows",
+    "record_fields",
     "take",
     "to_record_batch",
     "with_source",
@@ -106,11 +112,12 @@ def _guarded(call: Callable[[], _T], source: str, rule: str, field_name: str | N
     raise data_error(source, f"{rule}; {failed}", field=field_name)
 
 
-def _label_key(value: Any) -> Any:
+def _label_key(value: Any, fold: bool = False) -> Any:
     """A value's label identity for comparing labels and data of different types.
 
     Numbers compare by value (``1``, ``1.0`` and the text ``"1"`` are one label, as an integer
-    id and its canonical decimal text are one unit); other text and bytes by their text.
+    id and its canonical decimal text are one unit); other text and bytes by their text, with
+    ``fold`` by :func:`_normalized_text`'s rule.
     """
     if value is None:
         return None
@@ -131,8 +138,28 @@ def _label_key(value: Any) -> Any:
         text = canonical_id_text(value)
         if text is not None and text.lstrip("-").isdigit() and str(int(text)) == text:
             return ("number", int(text))
+        if fold:
+            return ("text", _normalized_text(pa.array([value], pa.string()))[0].as_py())
         return ("text", value)
     return ("other", repr(value))
+
+
+LabelMatch = Literal["exact", "normalize"]
+
+
+def check_label_match(value: object) -> LabelMatch:
+    if value == "exact":
+        return "exact"
+    if value == "normalize":
+        return "normalize"
+    raise ValueError(f"'label_match' must be 'exact' or 'normalize'; received {value!r}")
+
+
+def _normalized_text(array: pa.Array) -> pa.Array:
+    """Text with its surrounding whitespace removed, lower-cased, in one Unicode normal form
+    (the same call on both sides of a comparison)."""
+    trimmed = pc.utf8_trim_whitespace(array)
+    return pc.utf8_lower(pc.utf8_normalize(trimmed, form="NFC"))
 
 
 @dataclass(frozen=True)
@@ -143,13 +170,22 @@ class PublicIndex:
     data (DESIGN: candidates are public). A data value matches a label of another Arrow type
     when the label converts to the data's type exactly, or else when both are the same number
     or the same text (``1``, ``1.0`` and ``"1"`` match the label ``1``).
+
+    ``match="exact"`` (default) compares text as it is: ``"Apple"`` and ``" apple"`` are not
+    the label ``"apple"``, and a record naming them is dropped as naming no public label.
+    ``match="normalize"`` compares text labels and values after removing surrounding
+    whitespace, lower-casing and one Unicode normal form; the released label is the public one
+    as given. Two public labels that would then be equal are refused at construction.
     """
 
     labels: tuple[Any, ...]
+    match: LabelMatch
     _value_set: pa.Array = field(init=False, repr=False, compare=False)
+    _normalized_set: pa.Array | None = field(init=False, repr=False, compare=False)
 
-    def __init__(self, labels: Iterable[Any]):
+    def __init__(self, labels: Iterable[Any], match: LabelMatch = "exact"):
         items = tuple(labels)
+        check_label_match(match)
         if not items:
             raise ValueError("'candidates' must hold at least one public label; received none")
         if len(set(items)) != len(items):
@@ -167,8 +203,19 @@ class PublicIndex:
                 "'candidates' must all be numbers or all be text (one Arrow type); received a "
                 "mix of types"
             )
+        normalized = None
+        if match == "normalize" and pa.types.is_string(value_set.type):
+            normalized = _normalized_text(value_set)
+            if len(pc.unique(normalized)) != len(normalized):
+                raise ValueError(
+                    "with label_match='normalize', public labels that differ only in case, "
+                    "surrounding whitespace or Unicode form would be one label; make them "
+                    "distinct, or use label_match='exact'"
+                )
         object.__setattr__(self, "labels", items)
+        object.__setattr__(self, "match", match)
         object.__setattr__(self, "_value_set", value_set)
+        object.__setattr__(self, "_normalized_set", normalized)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -196,6 +243,11 @@ class PublicIndex:
         if pa.types.is_dictionary(array.type):
             array = array.cast(array.type.value_type)
         value_set = self._value_set
+        if self._normalized_set is not None and (
+            pa.types.is_string(array.type) or pa.types.is_large_string(array.type)
+        ):
+            array = _normalized_text(array.cast(pa.string()))
+            value_set = self._normalized_set
         if array.type != value_set.type:
             try:
                 value_set = value_set.cast(array.type)
@@ -209,13 +261,14 @@ class PublicIndex:
 
     def _lookup_by_key(self, items: Sequence[Any]) -> npt.NDArray[np.int64]:
         """Row-wise comparison by :func:`_label_key` (labels and data of different types)."""
+        fold = self._normalized_set is not None
         positions: dict[Any, int] = {}
         for position, label in enumerate(self.labels):
-            positions.setdefault(_label_key(label), position)
-        return np.array([positions.get(_label_key(v), -1) for v in items], dtype=np.int64)
+            positions.setdefault(_label_key(label, fold), position)
+        return np.array([positions.get(_label_key(v, fold), -1) for v in items], dtype=np.int64)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PublicIndex, (self.labels,))
+        return (PublicIndex, (self.labels, self.match))
 
 
 @dataclass
@@ -291,35 +344,78 @@ def _array_of(values: Any, as_id: bool) -> pa.Array | pa.ChunkedArray:
     return pa.array([text(v) for v in items], type=pa.string())
 
 
+#: The element shapes a transform reads, named in the error for any other.
+ELEMENT_SHAPES = (
+    "a pyarrow RecordBatch or Table; a mapping of columns (field -> list or array); one record "
+    "per element: a dict, a beam.Row or other NamedTuple, or a dataclass instance; or a list "
+    "of such records"
+)
+
+_COLUMN_TYPES = (list, tuple, np.ndarray, pa.Array, pa.ChunkedArray)
+
+
+def record_fields(element: Any) -> Mapping[str, Any] | None:
+    """One record's fields, or None if ``element`` is not one record.
+
+    A record is a mapping whose values are not columns (lists, arrays), a ``beam.Row`` or any
+    other NamedTuple (``_asdict``), or a dataclass instance. Each record is read alone: the
+    same record gives the same fields in any batch.
+    """
+    if isinstance(element, Mapping):
+        if element and all(isinstance(v, _COLUMN_TYPES) for v in element.values()):
+            return None  # a mapping of columns: a batch
+        return element
+    as_dict = getattr(element, "_asdict", None)
+    if callable(as_dict):
+        fields = as_dict()
+        if isinstance(fields, Mapping):
+            return fields
+    if dataclasses.is_dataclass(element) and not isinstance(element, type):
+        return {f.name: getattr(element, f.name) for f in dataclasses.fields(element)}
+    return None
+
+
+def is_record(element: Any) -> bool:
+    """Whether ``element`` is one record (:func:`record_fields`), not a batch of them."""
+    return record_fields(element) is not None
+
+
 def as_table(
     batch: Any, *, source: str = "input", id_columns: Sequence[str] = ()
 ) -> pa.RecordBatch | pa.Table:
-    """A batch as a RecordBatch or Table (mapping of columns or list of dicts accepted).
+    """A batch as a RecordBatch or Table: any of :data:`ELEMENT_SHAPES`.
 
     Args:
-        batch: a pyarrow RecordBatch/Table, a mapping of columns, or a list of mappings.
+        batch: a pyarrow RecordBatch/Table, a mapping of columns, one record, or a list of
+            records (dicts, ``beam.Row`` and other NamedTuples, dataclass instances).
         source: a name for error messages.
         id_columns: fields read as identifiers when they mix types (canonical text).
 
     Raises:
         BadRecordError: the batch cannot be read as columns (messages hold no value).
+        TypeError: an element of another shape (naming the shapes that work).
     """
     if isinstance(batch, (pa.RecordBatch, pa.Table)):
         return batch
-    if isinstance(batch, Mapping):
+    one = record_fields(batch)
+    if one is not None:
+        columns = {name: [value] for name, value in one.items()}
+    elif isinstance(batch, Mapping):
         columns = dict(batch)
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        rows = list(batch)
-        if not all(isinstance(row, Mapping) for row in rows):
-            raise data_error(source, "a batch given as a list must hold one mapping per record")
+        rows = [record_fields(row) for row in batch]
+        if not all(row is not None for row in rows):
+            raise data_error(
+                source, f"a batch given as a list must hold records ({ELEMENT_SHAPES})"
+            )
         names: dict[Any, None] = {}
         for row in rows:
+            assert row is not None
             names.update(dict.fromkeys(row))
-        columns = {name: [row.get(name) for row in rows] for name in names}
+        columns = {name: [row.get(name) for row in rows if row is not None] for name in names}
     else:
         raise TypeError(
-            "a batch must be a pyarrow RecordBatch or Table, a mapping of columns or a list of "
-            f"dicts; received type {type(batch).__name__}"
+            f"an element must be {ELEMENT_SHAPES}; received type {type(batch).__name__}"
         )
     if not all(isinstance(name, str) for name in columns):
         raise data_error(source, "field names must be text")
