@@ -1,0 +1,145 @@
+"""Fixtures of the engine tests: Beam's Flink and Spark runners for real (issue 25).
+
+Every test here is marked ``engines`` (select them with ``-m engines``, leave them out with
+``-m "not engines"``) and put in an xdist group per engine, so that one worker starts each
+shared process once per session: a Flink job server on an embedded mini cluster
+(``--flink_master [local]``, SDK harness in this process: LOOPBACK), a local Flink cluster
+(JobManager + TaskManager from the Flink distribution, SDK workers in a worker pool: EXTERNAL)
+with its own job server, and a Spark job server on ``local[2]``. What they need comes from
+``make engines``; without it they fail when ``CI`` is set and skip otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# Helper modules here (the processes, the jobs) by name; the worker pool imports them too.
+sys.path.insert(0, str(Path(__file__).parent))
+
+from engines_env import (
+    FlinkCluster,
+    JobServer,
+    WorkerPool,
+    flink_home,
+    java_home,
+    job_server_jar,
+    unavailable,
+)
+
+GROUPS = {
+    "test_flink_embedded.py": "flink-embedded",
+    "test_flink_streaming.py": "flink-embedded",
+    "test_flink_cluster.py": "flink-cluster",
+    "test_flink_faults.py": "flink-cluster",
+    "test_spark.py": "spark",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.parent != here:
+            continue
+        item.add_marker(pytest.mark.engines)
+        item.add_marker(pytest.mark.slow)
+        group = GROUPS.get(path.name)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session")
+def java() -> str:
+    home = java_home()
+    if home is None:
+        unavailable("no Java 17 (JAVA_HOME, java on PATH or /usr/lib/jvm/java-17-openjdk-*)")
+    assert home is not None
+    return home
+
+
+@pytest.fixture(scope="session")
+def java_env(java: str) -> Iterator[str]:
+    """JAVA_HOME for the session: Beam starts ``$JAVA_HOME/bin/java`` for its job servers."""
+    saved = os.environ.get("JAVA_HOME")
+    os.environ["JAVA_HOME"] = java
+    try:
+        yield java
+    finally:
+        if saved is None:
+            os.environ.pop("JAVA_HOME", None)
+        else:
+            os.environ["JAVA_HOME"] = saved
+
+
+def _jar(engine: str) -> None:
+    if job_server_jar(engine) is None:
+        unavailable(f"no Beam {engine} job server jar in Beam's jar cache")
+
+
+@pytest.fixture(scope="session")
+def flink_embedded(java_env: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The endpoint of a Flink job server that runs each job on an embedded mini cluster."""
+    _jar("flink")
+    server = JobServer("flink", "[local]", tmp_path_factory.mktemp("flink-embedded"), java_env)
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_job_server(java_env: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The endpoint of a Spark job server whose jobs run on ``local[2]``."""
+    _jar("spark")
+    server = JobServer("spark", "local[2]", tmp_path_factory.mktemp("spark"), java_env)
+    try:
+        yield server.endpoint
+    finally:
+        server.stop()
+
+
+class ClusterSession:
+    """A local Flink cluster, its job server and an SDK worker pool, for one session."""
+
+    def __init__(self, cluster: FlinkCluster, server: JobServer, pool: WorkerPool) -> None:
+        self.cluster = cluster
+        self.server = server
+        self.pool = pool
+
+    def flags(self, *extra: str) -> list[str]:
+        return [
+            "--runner", "FlinkRunner", "--flink_version", "1.19",
+            "--job_endpoint", self.server.endpoint,
+            "--environment_type", "EXTERNAL", "--environment_config", self.pool.address,
+            *extra,
+        ]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def flink_cluster(
+    java_env: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ClusterSession]:
+    _jar("flink")
+    home = flink_home()
+    if home is None:
+        unavailable("no Flink distribution (make engines installs one)")
+    assert home is not None
+    workdir = tmp_path_factory.mktemp("flink-cluster")
+    cluster = FlinkCluster(home, workdir, java_env, taskmanager_memory="1600m")
+    started: list[object] = [cluster]
+    try:
+        server = JobServer("flink", cluster.master, workdir / "job-server", java_env)
+        started.append(server)
+        pool = WorkerPool(workdir / "worker-pool")
+        started.append(pool)
+        yield ClusterSession(cluster, server, pool)
+    finally:
+        for process in reversed(started):
+            if isinstance(process, FlinkCluster):
+                process.cancel_running() if process.jobmanager.poll() is None else None
+            process.stop()  # type: ignore[attr-defined]
