@@ -69,7 +69,7 @@ engines:
 	PYTHON=$(PYTHON) bash engines/install.sh
 
 unit: $(STAMP) postgresql chromium engines
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck unit
 

@@ -281,19 +281,20 @@ class FlinkCluster:
             body = response.read()
         return json.loads(body) if body else None
 
-    def registered_taskmanagers(self) -> int:
+    def registered_taskmanagers(self) -> set[str]:
+        """The ids of the TaskManagers the JobManager lists."""
         try:
-            return len(self.rest("/taskmanagers")["taskmanagers"])
-        except (OSError, urllib.error.URLError, ValueError):
-            return 0
+            return {str(tm["id"]) for tm in self.rest("/taskmanagers")["taskmanagers"]}
+        except (OSError, urllib.error.URLError, ValueError, KeyError):
+            return set()
 
     def start_taskmanager(self) -> None:
-        """Start a TaskManager and wait until the JobManager has it (it registers slowly on a
-        loaded machine: a minute is not unusual)."""
+        """Start a TaskManager and wait until the JobManager lists it (it registers slowly on
+        a loaded machine: a minute is not unusual)."""
         before = self.registered_taskmanagers()
         self.taskmanagers.append(self._start("taskmanager"))
         deadline = time.monotonic() + START_TIMEOUT
-        while self.registered_taskmanagers() <= before:
+        while not self.registered_taskmanagers() - before:
             if self.taskmanagers[-1].poll() is not None:
                 raise RuntimeError("the TaskManager exited while starting")
             if time.monotonic() > deadline:
@@ -306,15 +307,6 @@ class FlinkCluster:
             if process.poll() is None:
                 process.kill()
                 process.wait(timeout=60)
-
-    def wait_taskmanagers_gone(self, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.registered_taskmanagers() > sum(
-            1 for process in self.taskmanagers if process.poll() is None
-        ):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the JobManager still lists a killed TaskManager")
-            time.sleep(1)
 
     def jobs(self) -> list[dict[str, Any]]:
         return list(self.rest("/jobs/overview")["jobs"])

@@ -20,17 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apache_beam.io.localfilesystem import LocalFileSystem
 from engine_jobs import COMMON, PARTIES, SITES, release_config, write_survey
-from engines_env import REPO
+from engines_env import REPO, unavailable
 
 from pipelines import best_price, election, quantiles, release, top_candidates
 from pipelines.execute import ReleaseCheckError
-
-gcsfilesystem = pytest.importorskip(
-    "apache_beam.io.gcp.gcsfilesystem", reason="apache-beam[gcp] (the test extra) is missing"
-)
-from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
-from apache_beam.runners.dataflow import dataflow_runner  # noqa: E402
 
 BUCKET = "gs://beam-dp-dry-run"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -59,7 +54,19 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def local_bucket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def gcp() -> Any:
+    """Beam's GCP modules (``apache-beam[gcp]``, in the test extra): (gcsfilesystem,
+    dataflow_runner)."""
+    try:
+        from apache_beam.io.gcp import gcsfilesystem
+        from apache_beam.runners.dataflow import dataflow_runner
+    except ImportError as error:
+        unavailable(f"apache-beam[gcp] is not installed ({error})")
+    return gcsfilesystem, dataflow_runner
+
+
+@pytest.fixture
+def local_bucket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, gcp: Any) -> Path:
     """``gs://beam-dp-dry-run/...`` served from a directory (Beam's GCS file system's methods
     redirected to its local one): the job's token and scratch files land there."""
     root = tmp_path / "bucket"
@@ -81,7 +88,7 @@ def local_bucket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
                 metadata.path = to_gcs(metadata.path)
         return results
 
-    cls = gcsfilesystem.GCSFileSystem
+    cls = gcp[0].GCSFileSystem
     monkeypatch.setattr(cls, "mkdirs", lambda self, path: local.mkdirs(to_local(path)))
     monkeypatch.setattr(cls, "create", lambda self, path, *a, **k: local.create(to_local(path)))
     monkeypatch.setattr(cls, "open", lambda self, path, *a, **k: local.open(to_local(path)))
@@ -101,8 +108,9 @@ def local_bucket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def dataflow_jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+def dataflow_jobs(monkeypatch: pytest.MonkeyPatch, gcp: Any) -> Iterator[list[Any]]:
     """The Dataflow job protos the dry runs built (one per pipeline run)."""
+    dataflow_runner = gcp[1]
     built: list[Any] = []
     real_run = dataflow_runner.DataflowRunner.run_pipeline
 

@@ -19,7 +19,6 @@ from beam_dp.beam.selection import Election
 from beam_dp.release import Release
 
 AUDIT = Path(__file__).parents[1] / "audit" / "test_end_to_end_audit.py"
-TRIALS = 1000  # the DirectRunner's audit runs 2000; the pipeline's cost on Flink is per key
 
 
 def test_release_job_on_a_flink_cluster(flink_cluster: Any, tmp_path: Path) -> None:
@@ -90,8 +89,12 @@ def test_sampled_privacy_loss_on_a_flink_cluster_is_at_most_epsilon(
     flink_cluster: Any, tmp_path: Path
 ) -> None:
     audit = _audit_module()
-    bound, hits = sampled_loss_on_flink(
-        audit, flink_cluster.flags(), tmp_path / "releases", TRIALS, split_adversary=False
+    bound, hits = sampled_loss_on_flink(  # as many trials as on the DirectRunner
+        audit,
+        flink_cluster.flags(),
+        tmp_path / "releases",
+        audit.SAMPLING_TRIALS,
+        split_adversary=False,
     )
     assert bound <= audit.EPSILON, f"lower bound on the loss {bound:.3f} > ε; outcomes {hits}"
 
@@ -102,6 +105,10 @@ def test_the_flink_sampling_audit_detects_a_neighbour_that_is_many_units(
     # The control: the same harness on the same cluster must see a loss far above ε.
     audit = _audit_module()
     bound, hits = sampled_loss_on_flink(
-        audit, flink_cluster.flags(), tmp_path / "releases", TRIALS // 5, split_adversary=True
+        audit,
+        flink_cluster.flags(),
+        tmp_path / "releases",
+        audit.SAMPLING_TRIALS // 10,
+        split_adversary=True,
     )
     assert bound > audit.EPSILON, f"the control went unnoticed: {bound:.3f}; {hits}"

@@ -60,10 +60,10 @@ def test_a_flink_job_from_the_command_line_leaves_no_job_server_behind(
     )  # fmt: skip
     left = processes_mentioning(str(temp))
     try:
+        assert left == [], f"{len(left)} job server JVM(s) outlived the job"
         assert job.returncode == 0, job.stderr[-3000:]
         assert (out / "release.json").is_file()
         assert "Exception ignored in atexit" not in job.stderr, job.stderr[-3000:]
-        assert left == [], "job server JVMs outlived the job"
         assert list(temp.iterdir()) == []  # the run's temporary directory is gone too
     finally:
         for pid in left:  # never leave a JVM behind, even when the test fails
