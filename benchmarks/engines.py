@@ -18,9 +18,9 @@ What is measured, per run, by sampling ``/proc`` every 0.2 s:
   temp-location probe job on every runner but the DirectRunner, Dask's LocalCluster, Spark's
   job server JVM, which the job starts itself);
 * **CPU**: user + system seconds of every process involved: the job and all its descendants
-  (Dask workers, the Spark job server and its executors), and, on Flink, the JobManager, the
-  TaskManager, the job server and the SDK worker pool with its workers (their CPU before the
-  job is subtracted). **rows/s per core** is rows / CPU seconds;
+  (Dask's scheduler and workers, the Spark job server and its executors), and, on Flink, the
+  JobManager, the TaskManager, the job server and the SDK worker pool with its workers (what
+  they spent before the job is subtracted). **rows/s per core** is rows / CPU seconds;
 * **peak RSS**: the largest sum, over one sample, of the resident memory of all those
   processes (JVM heaps included: what the machine must hold).
 
@@ -36,6 +36,8 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -132,15 +134,18 @@ def _descendants(roots: set[int]) -> set[int]:
 
 
 class Sampler:
-    """Samples, every 0.2 s, the process trees under ``roots`` (long-lived: a cluster) and
-    under the job: the peak of their summed RSS, and the CPU the ``roots`` trees spend."""
+    """Samples ``/proc`` every 0.2 s: the process trees under ``roots`` (long-lived: a
+    cluster) and under the job. Peak RSS is the largest sum over one sample; CPU is, summed
+    over every process seen, its own user + system time at its last sample, less what it had
+    spent before the job (each process counted once, whoever reaps it; a process's last 0.2 s
+    and processes shorter than that are missed)."""
 
     def __init__(self, roots: Sequence[int]) -> None:
         self.roots = set(roots)
         self.baseline = {
             pid: stat[1] for pid in _descendants(self.roots) if (stat := _stat(pid)) is not None
         }
-        self.last: dict[int, float] = {}  # CPU seconds of each process under roots
+        self.last: dict[int, float] = {}
         self.peak_rss = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -151,20 +156,18 @@ class Sampler:
 
     def _run(self, job: int) -> None:
         while not self._stop.is_set():
-            under_roots = _descendants(self.roots)
             total = 0
-            for pid in under_roots | _descendants({job}):
+            for pid in _descendants(self.roots | {job}):
                 stat = _stat(pid)
                 if stat is None:
                     continue
-                if pid in under_roots:
-                    self.last[pid] = stat[1]
+                self.last[pid] = stat[1]
                 total += _rss(pid)
             self.peak_rss = max(self.peak_rss, total)
             self._stop.wait(0.2)
 
     def stop(self) -> float:
-        """Stop sampling; the CPU seconds spent under ``roots`` since the start."""
+        """Stop sampling; the CPU seconds every process spent since the start."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -196,8 +199,7 @@ class Result:
 def run_job(
     runner: str, rows: int, command: Sequence[str], roots: Sequence[int], timeout: float
 ) -> Result:
-    """One run of the job: wall time, CPU (the job's tree from ``wait4``, plus the
-    long-lived ``roots``' trees from sampling) and the peak RSS of all of them."""
+    """One run of the job: wall time, CPU and peak RSS of all processes (:class:`Sampler`)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     sampler = Sampler(roots)
     start = time.perf_counter()
@@ -208,23 +210,26 @@ def run_job(
         sampler.start(process.pid)
         deadline = start + timeout
         while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            pid, status, _ = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 break
             if time.perf_counter() > deadline:
                 process.kill()
-                pid, status, usage = os.wait4(process.pid, 0)
+                pid, status, _ = os.wait4(process.pid, 0)
                 break
             time.sleep(0.05)
         wall = time.perf_counter() - start
-        outside = sampler.stop()
+        cpu = sampler.stop()
         code = os.waitstatus_to_exitcode(status)
         failed = ""
         if code:
             errors.seek(0)
-            tail = errors.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+            text = errors.read().decode("utf-8", "replace")
+            (Path(tempfile.gettempdir()) / f"beam_dp_engines_{runner}_{rows}.stderr").write_text(
+                text
+            )
+            tail = text.strip().splitlines()[-1:]
             failed = f"exit {code}: {tail}"
-    cpu = usage.ru_utime + usage.ru_stime + max(outside, 0.0)
     return Result(runner, rows, wall, cpu, sampler.peak_rss, failed)
 
 
@@ -234,8 +239,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--runners", default=",".join(RUNNERS))
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--timeout", type=float, default=7200.0)
-    parser.add_argument("--flink-tm-memory", default="2048m")
+    parser.add_argument("--flink-tm-memory", default="3584m")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="jobs show full tracebacks (NOT private: on generated data only) and keep logs",
+    )
     args = parser.parse_args(argv)
+    # a SIGTERM ends the run through the finally below, which stops the cluster it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(float(size)) for size in args.rows.split(",")]
     runners = [name for name in args.runners.split(",") if name]
     unknown = sorted(set(runners) - set(RUNNERS))
@@ -266,7 +278,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                 assert java is not None
                 home = flink_home()
                 assert home is not None
-                cluster = FlinkCluster(home, work / "flink", java, args.flink_tm_memory)
+                # Sized explicitly: the quantiles combiner's partial accumulators (a dense
+                # 10^6-point histogram, ~8 MB) pass through Flink's serializers on the task
+                # heap, and gRPC hands each bundle to the SDK worker in Netty direct buffers
+                cluster = FlinkCluster(
+                    home,
+                    work / "flink",
+                    java,
+                    args.flink_tm_memory,
+                    {
+                        "taskmanager.memory.task.heap.size": "1536m",
+                        "taskmanager.memory.managed.size": "256m",
+                        "taskmanager.memory.task.off-heap.size": "512m",
+                        "taskmanager.memory.framework.off-heap.size": "256m",
+                    },
+                )
                 server = JobServer("flink", cluster.master, work / "job-server", java)
                 pool = WorkerPool(work / "pool")
                 roots = [
@@ -276,14 +302,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                     pool.process.pid,
                 ]
                 flags = [
-                    "--runner", "FlinkRunner", "--flink_version", "1.19",
+                    "--runner", "FlinkRunner", "--flink_version", "1.19", "--parallelism", "2",
                     "--job_endpoint", server.endpoint,
                     "--environment_type", "EXTERNAL", "--environment_config", pool.address,
                 ]  # fmt: skip
             if java:
                 os.environ["JAVA_HOME"] = java  # Beam starts $JAVA_HOME/bin/java (Spark)
             for rows in sizes:
-                command = job_command(patterns[rows], work / f"out_{runner}_{rows}", flags)
+                extra = ["--show_tracebacks_unsafe"] if args.debug else []
+                command = job_command(patterns[rows], work / f"out_{runner}_{rows}", flags + extra)
                 print(f"{runner} at {rows:,} rows ...", flush=True)
                 result = run_job(runner, rows, command, roots, args.timeout)
                 results.append(result)
@@ -299,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for process in (pool, server, cluster):
             if process is not None:
                 process.stop()
+        if not args.debug:
+            shutil.rmtree(work, ignore_errors=True)
     print()
     machine = platform.processor() or platform.machine()
     print(

@@ -11,8 +11,10 @@ with its own job server, and a Spark job server on ``local[2]``. What they need 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from engines_env import (
+    JOB_TIMEOUT,
     FlinkCluster,
     JobServer,
     WorkerPool,
@@ -121,25 +124,37 @@ class ClusterSession:
 
 
 @pytest.fixture(scope="session")
-def flink_cluster(
+def flink_cluster_session(
     java_env: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ClusterSession]:
+    """A local Flink cluster (JobManager + TaskManager), its job server and a worker pool,
+    started once per session and stopped (running jobs cancelled first) at its end."""
     _jar("flink")
     home = flink_home()
     if home is None:
         unavailable("no Flink distribution (make engines installs one)")
     assert home is not None
     workdir = tmp_path_factory.mktemp("flink-cluster")
-    cluster = FlinkCluster(home, workdir, java_env, taskmanager_memory="1600m")
-    started: list[object] = [cluster]
-    try:
+    with contextlib.ExitStack() as stack:
+        cluster = FlinkCluster(home, workdir, java_env, taskmanager_memory="1600m")
+        stack.callback(cluster.stop)
+        stack.callback(cluster.cancel_running)
         server = JobServer("flink", cluster.master, workdir / "job-server", java_env)
-        started.append(server)
+        stack.callback(server.stop)
         pool = WorkerPool(workdir / "worker-pool")
-        started.append(pool)
+        stack.callback(pool.stop)
         yield ClusterSession(cluster, server, pool)
+
+
+@pytest.fixture
+def flink_cluster(flink_cluster_session: ClusterSession) -> Iterator[ClusterSession]:
+    """The session's cluster for one test, with a watchdog: a job still running after
+    JOB_TIMEOUT is cancelled (a job whose SDK workers never start hangs RUNNING; cancelled, its
+    pipeline fails and so does the test, instead of the suite hanging)."""
+    watchdog = threading.Timer(JOB_TIMEOUT, flink_cluster_session.cluster.cancel_running)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield flink_cluster_session
     finally:
-        for process in reversed(started):
-            if isinstance(process, FlinkCluster):
-                process.cancel_running() if process.jobmanager.poll() is None else None
-            process.stop()  # type: ignore[attr-defined]
+        watchdog.cancel()
