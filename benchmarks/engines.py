@@ -33,6 +33,7 @@ of each run, as the job starts them. It prints a Markdown table; it never fails 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -329,7 +330,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not args.debug:
             shutil.rmtree(work, ignore_errors=True)
     print()
-    machine = platform.processor() or platform.machine()
+    machine = platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                machine = line.split(":", 1)[1].strip()
+                break
     print(
         f"{started:%Y-%m-%d %H:%M} UTC, commit {commit()}, {machine}, {os.cpu_count()} cores, "
         f"load average at the end {os.getloadavg()[0]:.1f}"

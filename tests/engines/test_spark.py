@@ -10,12 +10,6 @@ from engine_jobs import JOBS, write_survey
 
 FLAGS = ["--runner", "SparkRunner", "--environment_type", "LOOPBACK"]
 
-# When Spark's job server closes a finished job's data channel, the threads of Beam's LOOPBACK
-# SDK harness (in this process) end on gRPC's CANCELLED ("Multiplexer hanging up"): Beam's
-# teardown, after the job has succeeded. A failure during the job fails the job itself, and
-# each test checks the job's outputs.
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-
 
 @pytest.fixture(scope="module")
 def survey(tmp_path_factory: pytest.TempPathFactory) -> str:
