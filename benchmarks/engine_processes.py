@@ -244,6 +244,9 @@ class FlinkCluster:
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": 3,
             "restart-strategy.fixed-delay.delay": "2 s",
+            # an error escaping to a thread's handler ends the process (the default only logs
+            # it, and a job whose gRPC thread died that way hangs: benchmarks/SCALE.md)
+            "cluster.uncaught-exception-handling": "FAIL",
             "env.java.opts.all": opens,
             **(settings or {}),
         }
