@@ -10,6 +10,7 @@ import pytest
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.beam._transform import (
+    GridOptions,
     PerKeyOptions,
     PrivateOptions,
     ResolvedBudget,
@@ -17,8 +18,10 @@ from beam_dp.beam._transform import (
     divide_budget,
     read_labels,
 )
+from beam_dp.beam.cdf import PrivateCDF
+from beam_dp.beam.key_selection import SelectCandidates
 from beam_dp.beam.mean import PrivateMean
-from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
+from beam_dp.beam.quantiles import PrivateMax, PrivateMedian, PrivateMin, PrivateQuantiles
 from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 from beam_dp.mechanisms.selection import check_method as the_check_method
 from pipelines.statistics import _parameters, statistic_keys
@@ -200,3 +203,115 @@ def test_a_missing_own_keyword_and_a_global_only_one_are_refused() -> None:
             keys=["x"],
             key_column="k",
         )
+
+
+def _declared(variant: type) -> Any:
+    for klass in variant.__mro__:
+        init = klass.__dict__.get("__init__")
+        hint = typing.get_type_hints(init).get("options") if init else None
+        if typing.get_origin(hint) is typing.Unpack:
+            return typing.get_args(hint)[0]
+    raise AssertionError(variant)
+
+
+_GRID = {"lower", "upper"}
+_SELECTED = {"candidate_column", "candidates"}
+
+
+@pytest.mark.parametrize(
+    ("variant", "required"),
+    [
+        (PrivateQuantiles.Globally, _GRID),
+        (PrivateQuantiles.PerKey, _GRID | {"keys"}),
+        (PrivateMedian.Globally, _GRID),
+        (PrivateMin.PerKey, _GRID | {"keys"}),
+        (PrivateMax.Globally, _GRID),
+        (PrivateMean.Globally, _GRID),
+        (PrivateMean.PerKey, _GRID | {"keys"}),
+        (PrivateCDF.Globally, _GRID),
+        (PrivateCDF.PerKey, _GRID | {"keys"}),
+        (TopCandidates.Globally, _SELECTED),
+        (TopCandidates.PerKey, _SELECTED | {"keys"}),
+        (BestPrice.Globally, {"value_column"}),
+        (Election.PerKey, _SELECTED | {"keys"}),
+        (ExponentialSelect.Globally, {"candidates", "sensitivity", "monotone"}),
+        (SelectCandidates.Globally, {"candidate_column"}),
+    ],
+)
+def test_the_typed_options_keep_their_required_keys(variant: type, required: set[str]) -> None:
+    # Class-form TypedDicts under `from __future__ import annotations` lose Required[...] on
+    # Python 3.11 (the annotation stays a string): epsilon, keys, lower and upper would be
+    # optional, and each transform would have to check them by hand.
+    assert PrivateOptions.__required_keys__ == {"epsilon"}
+    assert PerKeyOptions.__required_keys__ == {"epsilon", "keys"}
+    assert GridOptions.__required_keys__ == _GRID
+    declared = _declared(variant)
+    assert declared.__required_keys__ == required | {"epsilon"}
+    assert {"method" if variant is not SelectCandidates.Globally else "delta", "name"} <= (
+        declared.__optional_keys__
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "missing"),
+    [
+        (lambda: PrivateMedian.Globally(upper=1.0, record_level=True, epsilon=1.0), "lower"),
+        (lambda: PrivateMean.PerKey(lower=0.0, upper=1.0, record_level=True, epsilon=1.0), "keys"),
+        (lambda: PrivateCDF.Globally(lower=0.0, upper=1.0, record_level=True), "epsilon"),
+        (lambda: SelectCandidates.Globally(candidate_column="c", record_level=True), "epsilon"),
+        (
+            lambda: TopCandidates.Globally(
+                candidate_column="c", candidates=["a"], record_level=True
+            ),
+            "epsilon",
+        ),
+    ],
+)
+def test_a_missing_required_keyword_is_named_by_the_one_check(build: Any, missing: str) -> None:
+    # A TypeError as Python's own, and a ValueError as the transforms' own checks raised.
+    with pytest.raises(TypeError, match=rf"\(\) missing required keyword argument '{missing}'"):
+        build()
+    with pytest.raises(ValueError, match=f"'{missing}'"):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("build", "typo", "suggestion"),
+    [
+        (
+            lambda **o: PrivateMean.Globally(
+                lower=0.0, upper=1.0, record_level=True, epsilon=1.0, **o
+            ),
+            "num_point",
+            "num_points",
+        ),
+        (
+            lambda **o: PrivateQuantiles.Globally(
+                [0.5], lower=0.0, upper=1.0, record_level=True, epsilon=1.0, **o
+            ),
+            "resolutoin",
+            "resolution",
+        ),
+        (
+            lambda **o: PrivateCDF.PerKey(
+                lower=0.0, upper=1.0, record_level=True, epsilon=1.0, keys=["a"], **o
+            ),
+            "count_shar",
+            "count_share",
+        ),
+        (
+            lambda **o: SelectCandidates.Globally(
+                candidate_column="c", record_level=True, epsilon=1.0, delta=1e-6, **o
+            ),
+            "max_candidate_per_unit",
+            "max_candidates_per_unit",
+        ),
+    ],
+)
+def test_every_transform_names_the_nearest_keyword_by_the_one_check(
+    build: Any, typo: str, suggestion: str
+) -> None:
+    with pytest.raises(
+        TypeError, match=f"unexpected keyword argument '{typo}'; did you mean '{suggestion}'"
+    ):
+        build(**{typo: 1})
