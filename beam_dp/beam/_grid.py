@@ -10,7 +10,7 @@ The quantiles (:mod:`beam_dp.beam.quantiles`), the mean (:mod:`beam_dp.beam.mean
 * :meth:`GridReleaseSpec.record` is the one place a grid selection becomes a
   :class:`~beam_dp.release.Release`;
 * an ``"auto"`` bound (``max_contributions="auto"``, ``max_keys_per_unit="auto"``; DP key
-  selection's ``max_candidates_per_unit="auto"`` too): :func:`auto_bound_spec` splits each
+  selection's ``max_candidates_per_unit="auto"`` too): :func:`auto_bound_spec` divides each
   release's epsilon between the bound choice and the statistic, with a plan per candidate
   bound, and :func:`expand_auto_bound` wires it: the data bounded at the public cap, the exact
   histogram of rows (keys) per unit merged per window, one exact choice
@@ -659,7 +659,7 @@ def release_at_choice(
 # ------------------------------------------------------------------- auto bounds: the budget
 
 
-def _choice_split(
+def _divide_for_choice(
     values: GridParams,
     rho: float | None,
     key_epsilon: Fraction,
@@ -667,7 +667,7 @@ def _choice_split(
     rounds: int,
     counts_per_unit: int,
 ) -> tuple[Fraction, KeyShare]:
-    """``(choice_epsilon, key share)``: one key's epsilon split between its part of the one
+    """``(choice_epsilon, key share)``: one key's epsilon divided between its part of the one
     bound choice and its statistic, the choice charged to the ``counts_per_unit`` keys' parts.
 
     Basic composition: the choice gets ``share`` of each key's epsilon, times the keys.
@@ -712,23 +712,23 @@ def auto_bound_spec(
     plan_at: Callable[[int, Fraction], QuantilePlan | MeanPlan],
     window: ResolvedBudget | None = None,
 ) -> AutoBoundSpec:
-    """The public half of an ``"auto"`` bound: the epsilon split and a plan per candidate.
+    """The public half of an ``"auto"`` bound: the epsilon's division and a plan per candidate.
 
     Args:
         values: the statistic's value options (``values.auto`` set).
         rho: each key's rho under zCDP, else None.
-        key_epsilon: each release's epsilon (one key's, after the split over keys).
+        key_epsilon: each release's epsilon (one key's, after the division over keys).
         rounds: the statistic's rounds (its zCDP cost is ``rate * eps^2 / rounds``).
         plan_at: the statistic's plan at a row bound and an epsilon (quantiles or mean).
-        window: with ``max_keys_per_unit="auto"``, the budget of one window (before the split
-            over keys): each candidate ``K`` splits it over ``K`` keys
+        window: with ``max_keys_per_unit="auto"``, the budget of one window (before the division
+            over keys): each candidate ``K`` divides it over ``K`` keys
             (:func:`~beam_dp.beam._transform.divide_budget`), and the one choice runs at the
             smallest epsilon any ``K`` leaves it, so every ``K``'s account covers it.
     """
     auto = values.auto
     assert auto is not None
     if auto.target == "rows":
-        choice_epsilon, share = _choice_split(
+        choice_epsilon, share = _divide_for_choice(
             values, rho, key_epsilon, rounds=rounds, counts_per_unit=values.keys_per_unit
         )
         per_bound = None
@@ -740,7 +740,7 @@ def auto_bound_spec(
         choices = []
         for bound in auto.candidates:
             key_budget = divide_budget(window, keys_per_unit=bound)
-            choice, per_bound[bound] = _choice_split(
+            choice, per_bound[bound] = _divide_for_choice(
                 values,
                 key_budget.rho,
                 Fraction(key_budget.epsilon),

@@ -347,7 +347,7 @@ class ResolvedBudget:
         epsilon: ε over the ``rounds`` selections of one release.
         rho: zCDP cost of one release when the share is accounted by zCDP, else None.
         mechanism: the ledger's mechanism name (decides the zCDP rate when ``rho`` is set).
-        rounds: how many equal rounds ``epsilon`` is split into (k for top-k).
+        rounds: how many equal rounds ``epsilon`` is divided into (k for top-k).
         delta: δ of an (ε, δ) release (DP key selection), else None.
     """
 
@@ -434,11 +434,11 @@ def divide_budget(
         delta = None if budget.delta is None else floor_float(Fraction(budget.delta) / parts)
         return dataclasses.replace(budget, epsilon=epsilon, delta=delta)
     if budget.mechanism is None:
-        raise ValueError("a zCDP budget needs its mechanism to be split over keys or windows")
+        raise ValueError("a zCDP budget needs its mechanism to be divided over keys or windows")
     kind = privacy_kind(budget.mechanism)
     if kind not in ZCDP_RATE:
         raise ValueError(
-            f"mechanism {budget.mechanism!r} has no zCDP rate to split its budget over keys "
+            f"mechanism {budget.mechanism!r} has no zCDP rate to divide its budget over keys "
             "or windows"
         )
     rate = ZCDP_RATE[kind]

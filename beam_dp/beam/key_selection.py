@@ -236,7 +236,7 @@ class KeySelection:
         rng: RandomSource | None,
         windows_per_unit: int = 1,
     ) -> KeySelectionSpec:
-        """The parameters of one window's key selection (ε and δ split over the windows).
+        """The parameters of one window's key selection (ε and δ divided over the windows).
 
         With ``max_candidates_per_unit="auto"``, ``bound_share`` of the window's ε chooses the
         bound (pure ε-DP) and the key selection runs at the rest with the window's δ: the two
