@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean postgresql chromium mutants
+.PHONY: run test lint typecheck unit bench clean postgresql chromium engines mutants
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,8 +61,15 @@ chromium:
 	    "fonts-noto-cjk fonts-noto-color-emoji" >&2; \
 	fi
 
-unit: $(STAMP) postgresql chromium
-	$(BIN)/python -m pytest -n 2 -q
+# The Flink and Spark runners (tests/engines): Java 17 and Maven from Debian when missing (root),
+# Beam's Flink 1.19 and Spark 3 job servers built by Maven from Beam's runner libraries and put
+# in Beam's jar cache (~/.apache_beam/cache/jars), and a Flink 1.19.3 distribution for a local
+# cluster. Cached on this machine; engines/README.md says what and why.
+engines:
+	PYTHON=$(PYTHON) bash engines/install.sh
+
+unit: $(STAMP) postgresql chromium engines
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 test: lint typecheck unit
 
@@ -77,4 +84,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.selection
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache engines/*/target

@@ -8,6 +8,9 @@ POSTGRESQL_REQUIRES = ["psycopg[binary]>=3.1"]
 
 TEST_REQUIRES = [
     *POSTGRESQL_REQUIRES,
+    # DataflowRunner's dry run (tests/engines/test_dataflow.py): the same Beam, with GCP's
+    # clients. Nothing in beam-dp itself imports them.
+    "apache-beam[gcp]==2.77.0",
     "pytest>=8",
     "pytest-xdist>=3",
     "hypothesis>=6.100",

@@ -32,6 +32,8 @@ ENVIRONMENT = (QUIET_ENV, _DASK_LOGGING)  # the variables quiet_third_party sets
 # (logger name, start of the message) of the records dropped.
 _DROPPED = (
     ("root", "apitools not found"),
+    # Beam's job server for Flink or Spark, while the JVM starts (a few seconds, every run)
+    ("root", "Waiting for grpc channel to be ready"),
     ("apache_beam.options.pipeline_options", "Discarding unparseable args"),
     ("apache_beam.runners.dask.transform_evaluator", "The new default partition size"),
 )

@@ -12,6 +12,8 @@ data-dependent counts.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import re
@@ -87,7 +89,10 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
 
     Temporary files go to a directory of this run (``tempfile``'s directory and ``TMPDIR``
     for the processes it starts), removed when the job ends, whether it succeeded or not:
-    Beam leaves its staging directories (``beam-temp*``, ``tmp*``) behind otherwise.
+    Beam leaves its staging directories (``beam-temp*``, ``tmp*``) behind otherwise. A job
+    server that Beam started for the run (FlinkRunner, SparkRunner without ``--job_endpoint``)
+    keeps its files in that directory until Beam's exit handler stops it: the directory is then
+    removed at exit, after that handler (:func:`_remove_run_temp`).
     """
     STATE.reset(in_cli=True)
     STATE.skip_hint = skip_hint
@@ -97,6 +102,10 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
     saved_tempdir = tempfile.tempdir
     run_temp = tempfile.mkdtemp(prefix="beam_dp_job_")
     tempfile.tempdir = os.environ["TMPDIR"] = run_temp
+    # Registered before the run, so at exit it runs after every handler Beam registers during
+    # the run (atexit runs them last in, first out): see _remove_run_temp.
+    remove_at_exit = functools.partial(shutil.rmtree, run_temp, ignore_errors=True)
+    atexit.register(remove_at_exit)
     saved = {
         name: logging.getLogger(name).level
         for name in ("beam_dp", "beam_dp.pipelines", "apache_beam")
@@ -122,5 +131,32 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
         if tempfile.tempdir == run_temp:  # not if a job started after this one replaced it
             still_there = saved_tempdir is None or os.path.isdir(saved_tempdir)
             tempfile.tempdir = saved_tempdir if still_there else None
-        shutil.rmtree(run_temp, ignore_errors=True)
+        _remove_run_temp(run_temp, remove_at_exit)
         STATE.reset()
+
+
+def _job_servers_in(run_temp: str) -> bool:
+    """Whether a job server Beam started during the run still keeps its files in ``run_temp``.
+
+    Beam's FlinkRunner and SparkRunner start their job server (a JVM) with its files in a
+    ``beam-temp*`` directory of the temporary directory, and stop it from an exit handler that
+    first deletes that directory: were it gone, the handler would fail before it stops the JVM,
+    which would outlive the job.
+    """
+    try:
+        names = os.listdir(run_temp)
+    except OSError:
+        return False
+    return any(
+        name.startswith("beam-temp") and os.path.isdir(os.path.join(run_temp, name))
+        for name in names
+    )
+
+
+def _remove_run_temp(run_temp: str, remove_at_exit: Callable[[], Any]) -> None:
+    """Remove the run's temporary directory now, or, while a job server of the run keeps its
+    files there, leave it to the exit handler registered before the run (so after Beam's)."""
+    if _job_servers_in(run_temp):
+        return
+    atexit.unregister(remove_at_exit)  # a partial: equal only to itself
+    shutil.rmtree(run_temp, ignore_errors=True)

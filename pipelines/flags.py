@@ -361,7 +361,25 @@ def parse_args(
     if STATE.in_cli:
         STATE.show_tracebacks = show_tracebacks
         configure_logging(exact_counts=exact_counts, show_tracebacks=show_tracebacks)
-    return known, PipelineOptions(rest)
+    return known, PipelineOptions(_default_flink_version(rest))
+
+
+#: The Flink minor of the job server ``make engines`` builds (README, "On other runners").
+FLINK_VERSION = "1.19"
+
+
+def _default_flink_version(flags: Sequence[str]) -> list[str]:
+    """``--flink_version 1.19`` for a FlinkRunner job that names none: the one Flink job server
+    this project builds (Beam 2.77 would otherwise look for its 2.2 job server)."""
+    flags = list(flags)
+    finder = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    finder.add_argument("--runner")
+    finder.add_argument("--flink_version")
+    found = finder.parse_known_args(flags)[0]
+    runner = str(found.runner or "").lower().rsplit(".", 1)[-1]
+    if runner in ("flinkrunner", "flink") and found.flink_version is None:
+        flags += ["--flink_version", FLINK_VERSION]
+    return flags
 
 
 def read_candidates(spec: str) -> list[str]:

@@ -79,8 +79,11 @@ BUDGET_KEYS: dict[str, Any] = {
 }
 
 
-def load_config(path: str) -> dict[str, Any]:
+def load_config(path: str, *, require_path: bool = True) -> dict[str, Any]:
     """Read and check the config (its structure, keys and types, not the data).
+
+    ``require_path=False``: ``[input]`` may leave out ``path`` (the streaming job's
+    ``--landing`` gives the location).
 
     Raises:
         ValueError: for an unreadable file, a missing table or key, an unknown key in any
@@ -102,7 +105,7 @@ def load_config(path: str) -> dict[str, Any]:
     check_table(config["input"], INPUT_KEYS, "[input]")
     check_table(config["budget"], BUDGET_KEYS, "[budget]")
     source = config["input"]
-    if "path" not in source:
+    if require_path and "path" not in source:
         raise ValueError(f"release: [input] in {path} needs 'path'")
     if "epsilon" not in config["budget"]:
         raise ValueError(f"release: [budget] in {path} needs 'epsilon'")

@@ -428,6 +428,11 @@ class ReadExport(beam.PTransform):
             ``AVRO_MAX_BLOCK_BYTES``).
         report_skipped_files: also emit a :class:`SkippedFile` for each file (each Avro range)
             skipped as undecodable; by default the output is the batches only.
+        watch_interval: seconds between two matches of the pattern: the export is then watched
+            for new files (``fileio.MatchContinuously``, each file read once) and the output is
+            unbounded; None (default) reads the files matched once (bounded).
+        watch_until: with ``watch_interval``, the Unix time after which no new file is matched
+            (the stream then ends); None: watch until the job is stopped.
 
     **Privacy**: no record's value reaches an error, a log line or a metric; exact counts of
     skipped records and files are reported only behind
@@ -447,8 +452,22 @@ class ReadExport(beam.PTransform):
         avro_split_bytes: int = _AVRO_SPLIT_BYTES,
         limits: ReadLimits | None = None,
         report_skipped_files: bool = False,
+        watch_interval: float | None = None,
+        watch_until: float | None = None,
     ):
         super().__init__()
+        if watch_interval is not None and not (
+            isinstance(watch_interval, (int, float))
+            and not isinstance(watch_interval, bool)
+            and 0 < watch_interval < 86_400
+        ):
+            raise ValueError(
+                "'watch_interval' must be seconds in (0, 86400) or None; received "
+                f"{watch_interval!r}"
+            )
+        if watch_until is not None and watch_interval is None:
+            raise ValueError("'watch_until' needs 'watch_interval' (a watched export)")
+        self._watch = (watch_interval, watch_until)
         fmt = input_format if input_format is not None else detect_format(file_pattern)
         if fmt not in FORMATS:
             raise ValueError(f"'input_format' must be one of {list(FORMATS)}; received {fmt!r}")
@@ -500,9 +519,19 @@ class ReadExport(beam.PTransform):
         )
 
     def expand(self, pbegin: PBegin) -> PCollection:
-        files = pbegin | "MatchFiles" >> fileio.MatchFiles(
-            self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
-        )
+        interval, until = self._watch
+        if interval is None:
+            files = pbegin | "MatchFiles" >> fileio.MatchFiles(
+                self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
+            )
+        else:
+            watch = fileio.MatchContinuously(
+                self._pattern,
+                interval=float(interval),
+                has_deduplication=True,
+                **({} if until is None else {"stop_timestamp": float(until)}),
+            )
+            files = pbegin | "WatchFiles" >> watch
         if self._format == "avro":
             inputs = (
                 files

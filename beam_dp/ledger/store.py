@@ -367,6 +367,25 @@ class Ledger:
         run_id, period = _runs.reserve(self._tables, dataset, plan, run)
         return Reservation(self, run_id, dataset, plan, period)
 
+    def resume(self, run_id: int) -> Reservation:
+        """The reservation of an existing run that is still reserved (a job's own process
+        picking up a run it reserved earlier: a streaming job's window, after a restart).
+
+        Raises:
+            LedgerError: for an unknown run, or one that is no longer reserved.
+        """
+        record = self._tables.run(run_id)
+        if record.state != "reserved":
+            raise LedgerError(f"run {run_id} is {record.state}: only a reserved run resumes")
+        plan = Plan(
+            self.status(record.dataset).composition,
+            self.status(record.dataset).relation,
+            record.cost,
+            record.statistics,
+        )
+        period = Period(None, record.period_start, None, record.cost)
+        return Reservation(self, record.id, record.dataset, plan, period)
+
     def release_run(self, run_id: int, *, reason: str) -> RunRecord:
         """An owner lifts the charge of a reserved or abandoned run (recorded with a reason).
 

@@ -18,3 +18,13 @@ def test_the_direct_runner_is_built_as_the_fn_api_runner(flags: list[str]) -> No
 def test_other_runners_are_left_to_beam() -> None:
     options = PipelineOptions(["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"])
     assert _runner(options) is None
+
+
+def test_a_flink_job_defaults_to_the_flink_this_project_builds() -> None:
+    from pipelines.flags import FLINK_VERSION, _default_flink_version
+
+    assert _default_flink_version(["--runner", "FlinkRunner"]) == [
+        "--runner", "FlinkRunner", "--flink_version", FLINK_VERSION]  # fmt: skip
+    given = ["--runner", "FlinkRunner", "--flink_version", "1.20"]
+    assert _default_flink_version(given) == given
+    assert _default_flink_version(["--runner", "SparkRunner"]) == ["--runner", "SparkRunner"]

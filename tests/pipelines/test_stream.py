@@ -1,0 +1,140 @@
+"""The streaming job (issue 26) on Beam's BundleBasedDirectRunner with a TestStream in place of
+the watched landing location: windows, lateness, budget per window, exactly-once publishing,
+and restarts."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+import pytest
+from apache_beam.testing import test_stream
+from apache_beam.transforms.window import TimestampedValue
+
+from beam_dp.ledger import open_ledger
+from pipelines import budget, stream
+
+SIZE = 60
+BASE = 1_800_000_000 // SIZE * SIZE  # a window boundary (2027-01-15)
+
+
+def _config(tmp_path: Path) -> Path:
+    config = tmp_path / "stream.toml"
+    config.write_text(
+        '[input]\nprivacy_unit = "user_id"\nformat = "csv"\n\n[budget]\nepsilon = 2.0\n\n'
+        '[[statistics]]\nname = "vote"\ntype = "election"\ncandidate = "vote"\n'
+        'candidates = ["a", "b"]\nweight = 1\n\n'
+        '[[statistics]]\nname = "weight"\ntype = "median"\nvalue = "weight"\nlower = 0.0\n'
+        "upper = 200.0\nnum_points = 201\nmax_contributions = 1\nweight = 1\n"
+    )
+    return config
+
+
+def _batch(users: range, vote: str) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {
+            "user_id": [f"u{u}" for u in users],
+            "vote": [vote] * len(users),
+            "weight": [50.0 + u % 40 for u in users],
+        }
+    )
+
+
+def _source(events: list[tuple[float, pa.RecordBatch]]) -> Any:
+    def build(pipeline: beam.Pipeline) -> Any:
+        test = test_stream.TestStream()
+        for stamp, batch in events:
+            test = test.add_elements([TimestampedValue((f"shard-{stamp}.csv", batch), stamp)])
+            test = test.advance_watermark_to(stamp + 1)
+        return pipeline | test.advance_watermark_to_infinity()
+
+    return build
+
+
+def _argv(tmp_path: Path, *extra: str) -> list[str]:
+    return ["--config", str(_config(tmp_path)), "--landing", "/data/landing/*.csv",
+            "--state", str(tmp_path / "state"), "--output", str(tmp_path / "out"),
+            "--window_seconds", str(SIZE), "--grant_ahead", "2", "--poll_seconds", "0.2",
+            "--runner", "BundleBasedDirectRunner", *extra]  # fmt: skip
+
+
+def test_each_window_releases_once_and_is_charged_before_it_opens(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "100"], out=io.StringIO())  # fmt: skip
+    events = [
+        (BASE + 5, _batch(range(0, 200), "a")),
+        (BASE + SIZE + 5, _batch(range(100, 300), "b")),
+        (BASE + 2 * SIZE + 5, _batch(range(200, 400), "a")),
+    ]
+    document = stream.run(
+        _argv(tmp_path, "--ledger", url, "--dataset", "people", "--max_windows_per_unit", "2"),
+        source=_source(events),
+        now=lambda: BASE,
+    )
+    published = [(r["name"], r["event_window"]) for r in document["releases"]]
+    windows = sorted({w for _, w in published})
+    assert len(windows) == 3 and len(published) == 6, published
+    assert all(published.count(p) == 1 for p in published)  # each release once
+    on_disk = json.loads((tmp_path / "out" / "release.json").read_text())
+    assert len(on_disk["releases"]) == 6
+    lines = (tmp_path / "out" / "releases.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    with open_ledger(url) as ledger:
+        runs, _ = ledger.history("people")
+    committed = [run for run in runs if run.state == "committed"]
+    assert len(committed) == 3
+    # each window's run was reserved and started before its data, and charged its share: the
+    # window's budget (2) over the windows a person may count in (2)
+    assert all(run.cost.epsilon == 1 for run in committed)
+    assert all(run.details["stream"] == document["run"]["id"] for run in runs)
+
+
+def test_a_window_without_budget_admits_nothing_and_says_so(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "2"], out=io.StringIO())  # fmt: skip
+    events = [
+        (BASE + 5, _batch(range(0, 200), "a")),
+        (BASE + SIZE + 5, _batch(range(100, 300), "b")),
+    ]
+    document = stream.run(
+        _argv(tmp_path, "--ledger", url, "--dataset", "people", "--max_windows_per_unit", "1"),
+        source=_source(events),
+        now=lambda: BASE,
+    )
+    statuses = [w["status"] for w in document["windows"]]
+    assert statuses[:2] == ["published", "refused"], document["windows"]
+    assert {r["event_window"] for r in document["releases"]} == {document["windows"][0]["window"]}
+
+
+def test_a_restart_after_a_published_window_is_refused(tmp_path: Path) -> None:
+    events = [(BASE + 5, _batch(range(0, 100), "a"))]
+    stream.run(_argv(tmp_path), source=_source(events), now=lambda: BASE)
+    with pytest.raises(ValueError, match="already published windows"):
+        stream.run(_argv(tmp_path), source=_source(events), now=lambda: BASE)
+    with pytest.raises(ValueError, match="another job"):
+        stream.run(_argv(tmp_path, "--window_seconds", "30"), source=_source(events))
+
+
+def test_a_restart_before_any_window_was_published_reuses_its_grants(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "100"], out=io.StringIO())  # fmt: skip
+    argv = _argv(tmp_path, "--ledger", url, "--dataset", "people")
+    first = stream.run(argv, source=_source([]), now=lambda: BASE)  # stopped: no data yet
+    assert first["releases"] == []
+    with open_ledger(url) as ledger:
+        granted = [run.id for run in ledger.history("people")[0]]
+    assert len(granted) == 3  # the current window and two ahead, charged before they opened
+    events = [(BASE + 5, _batch(range(0, 150), "a"))]
+    second = stream.run(argv, source=_source(events), now=lambda: BASE)
+    assert second["run"]["id"] == first["run"]["id"]  # the same job goes on
+    with open_ledger(url) as ledger:
+        runs = ledger.history("people")[0]
+    assert [run.id for run in runs] == granted  # no window was charged twice
+    assert [run.state for run in runs].count("committed") == 1
