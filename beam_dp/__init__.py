@@ -42,9 +42,11 @@ if TYPE_CHECKING:
     from beam_dp.beam.selection import TopCandidates as TopCandidates
     from beam_dp.errors import BadRecordError as BadRecordError
     from beam_dp.errors import BeamDPError as BeamDPError
+    from beam_dp.errors import data_error as data_error
     from beam_dp.io import FORMATS as FORMATS
     from beam_dp.io import ReadExport as ReadExport
     from beam_dp.io import SkippedFile as SkippedFile
+    from beam_dp.io.outputs import output_files as output_files
     from beam_dp.io.outputs import write_outputs as write_outputs
     from beam_dp.io.report_format import chosen_bound as chosen_bound
     from beam_dp.io.schema import ColumnResolution as ColumnResolution
@@ -89,7 +91,9 @@ __all__ = [
     "chosen_bound",
     "column_resolution",
     "combine_resolutions",
+    "data_error",
     "ledger_entries_to_record",
+    "output_files",
     "read_labels",
     "telemetry",
     "write_outputs",
@@ -125,10 +129,12 @@ _WHERE = {
     "ledger_entries_to_record": "beam_dp.release",
     "BeamDPError": "beam_dp.errors",
     "BadRecordError": "beam_dp.errors",
+    "data_error": "beam_dp.errors",
     "ReadExport": "beam_dp.io",
     "SkippedFile": "beam_dp.io",
     "FORMATS": "beam_dp.io",
     "write_outputs": "beam_dp.io.outputs",
+    "output_files": "beam_dp.io.outputs",
     "ColumnResolution": "beam_dp.io.schema",
     "column_resolution": "beam_dp.io.schema",
     "combine_resolutions": "beam_dp.io.schema",
