@@ -1,0 +1,157 @@
+"""beam-dp: differentially private selections from Apache Beam pipelines.
+
+The public surface is :data:`__all__`: the private transforms (each a namespace with
+``.Globally`` and ``.PerKey``, as Beam's own combiners), DP key selection, the budget, the
+release records, the readers and outputs the jobs use, and the errors. The persistent budget
+ledger is the documented subpackage :mod:`beam_dp.ledger`. Everything else is internal; the
+layers are drawn in ``docs/architecture.md`` and the privacy rules of units, keys and windows
+are in ``docs/privacy_rules.md``.
+
+A name loads its module on first use (PEP 562), so that importing a pure layer
+(``beam_dp.mechanisms``, ``beam_dp.summaries``, ...) never imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from beam_dp import telemetry as telemetry
+    from beam_dp._validation import check_relation as check_relation
+    from beam_dp.accounting import BudgetShare as BudgetShare
+    from beam_dp.accounting import LedgerEntry as LedgerEntry
+    from beam_dp.accounting import PrivacyBudget as PrivacyBudget
+    from beam_dp.batching import ContributionBounds as ContributionBounds
+    from beam_dp.beam._transform import PerKeyOptions as PerKeyOptions
+    from beam_dp.beam._transform import PrivateOptions as PrivateOptions
+    from beam_dp.beam._transform import PrivateTransform as PrivateTransform
+    from beam_dp.beam._transform import read_labels as read_labels
+    from beam_dp.beam.cdf import CDFValue as CDFValue
+    from beam_dp.beam.cdf import PrivateCDF as PrivateCDF
+    from beam_dp.beam.key_selection import KeySelection as KeySelection
+    from beam_dp.beam.key_selection import SelectCandidates as SelectCandidates
+    from beam_dp.beam.mean import PrivateMean as PrivateMean
+    from beam_dp.beam.quantiles import PrivateMax as PrivateMax
+    from beam_dp.beam.quantiles import PrivateMedian as PrivateMedian
+    from beam_dp.beam.quantiles import PrivateMin as PrivateMin
+    from beam_dp.beam.quantiles import PrivateQuantiles as PrivateQuantiles
+    from beam_dp.beam.selection import BestPrice as BestPrice
+    from beam_dp.beam.selection import Election as Election
+    from beam_dp.beam.selection import ExponentialSelect as ExponentialSelect
+    from beam_dp.beam.selection import TopCandidates as TopCandidates
+    from beam_dp.errors import BadRecordError as BadRecordError
+    from beam_dp.errors import BeamDPError as BeamDPError
+    from beam_dp.errors import data_error as data_error
+    from beam_dp.io import FORMATS as FORMATS
+    from beam_dp.io import ReadExport as ReadExport
+    from beam_dp.io import SkippedFile as SkippedFile
+    from beam_dp.io.outputs import output_files as output_files
+    from beam_dp.io.outputs import write_outputs as write_outputs
+    from beam_dp.io.report_format import chosen_bound as chosen_bound
+    from beam_dp.io.schema import ColumnResolution as ColumnResolution
+    from beam_dp.io.schema import column_resolution as column_resolution
+    from beam_dp.io.schema import combine_resolutions as combine_resolutions
+    from beam_dp.release import Release as Release
+    from beam_dp.release import ledger_entries_to_record as ledger_entries_to_record
+    from beam_dp.scores import Revenue as Revenue
+    from beam_dp.summaries.histogram import Grid as Grid
+
+__all__ = [
+    "FORMATS",
+    "BadRecordError",
+    "BeamDPError",
+    "BestPrice",
+    "BudgetShare",
+    "CDFValue",
+    "ColumnResolution",
+    "ContributionBounds",
+    "Election",
+    "ExponentialSelect",
+    "Grid",
+    "KeySelection",
+    "LedgerEntry",
+    "PerKeyOptions",
+    "PrivacyBudget",
+    "PrivateCDF",
+    "PrivateMax",
+    "PrivateMean",
+    "PrivateMedian",
+    "PrivateMin",
+    "PrivateOptions",
+    "PrivateQuantiles",
+    "PrivateTransform",
+    "ReadExport",
+    "Release",
+    "Revenue",
+    "SelectCandidates",
+    "SkippedFile",
+    "TopCandidates",
+    "check_relation",
+    "chosen_bound",
+    "column_resolution",
+    "combine_resolutions",
+    "data_error",
+    "ledger_entries_to_record",
+    "output_files",
+    "read_labels",
+    "telemetry",
+    "write_outputs",
+]
+
+#: Where each public name is defined (a module for ``telemetry``, the operator's switch).
+_WHERE = {
+    "PrivateQuantiles": "beam_dp.beam.quantiles",
+    "PrivateMedian": "beam_dp.beam.quantiles",
+    "PrivateMin": "beam_dp.beam.quantiles",
+    "PrivateMax": "beam_dp.beam.quantiles",
+    "PrivateMean": "beam_dp.beam.mean",
+    "PrivateCDF": "beam_dp.beam.cdf",
+    "CDFValue": "beam_dp.beam.cdf",
+    "TopCandidates": "beam_dp.beam.selection",
+    "BestPrice": "beam_dp.beam.selection",
+    "Election": "beam_dp.beam.selection",
+    "ExponentialSelect": "beam_dp.beam.selection",
+    "KeySelection": "beam_dp.beam.key_selection",
+    "SelectCandidates": "beam_dp.beam.key_selection",
+    "PrivateTransform": "beam_dp.beam._transform",
+    "PrivateOptions": "beam_dp.beam._transform",
+    "PerKeyOptions": "beam_dp.beam._transform",
+    "read_labels": "beam_dp.beam._transform",
+    "check_relation": "beam_dp._validation",
+    "PrivacyBudget": "beam_dp.accounting",
+    "BudgetShare": "beam_dp.accounting",
+    "LedgerEntry": "beam_dp.accounting",
+    "ContributionBounds": "beam_dp.batching",
+    "Grid": "beam_dp.summaries.histogram",
+    "Revenue": "beam_dp.scores",
+    "Release": "beam_dp.release",
+    "ledger_entries_to_record": "beam_dp.release",
+    "BeamDPError": "beam_dp.errors",
+    "BadRecordError": "beam_dp.errors",
+    "data_error": "beam_dp.errors",
+    "ReadExport": "beam_dp.io",
+    "SkippedFile": "beam_dp.io",
+    "FORMATS": "beam_dp.io",
+    "write_outputs": "beam_dp.io.outputs",
+    "output_files": "beam_dp.io.outputs",
+    "ColumnResolution": "beam_dp.io.schema",
+    "column_resolution": "beam_dp.io.schema",
+    "combine_resolutions": "beam_dp.io.schema",
+    "chosen_bound": "beam_dp.io.report_format",
+    "telemetry": "beam_dp.telemetry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'beam_dp' has no attribute {name!r}")
+    module = importlib.import_module(where)
+    value = module if where == f"beam_dp.{name}" else getattr(module, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -22,8 +22,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from beam_dp import telemetry
-from beam_dp.errors import BeamDPError
+from beam_dp import BeamDPError, telemetry
 from pipelines import _terminal
 from pipelines._state import SKIP_HINT_CONFIG, SKIP_HINT_FLAG, STATE
 

@@ -59,11 +59,15 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.pvalue import PCollection
 
-from beam_dp import telemetry
-from beam_dp.accounting import LedgerEntry, PrivacyBudget
-from beam_dp.errors import BeamDPError
-from beam_dp.io.outputs import write_outputs
-from beam_dp.release import Release, ledger_entries_to_record
+from beam_dp import (
+    BeamDPError,
+    LedgerEntry,
+    PrivacyBudget,
+    Release,
+    ledger_entries_to_record,
+    telemetry,
+    write_outputs,
+)
 from pipelines._state import LOG, STATE
 
 __all__ = [

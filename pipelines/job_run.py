@@ -24,10 +24,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import PCollection
 
-from beam_dp.accounting import PrivacyBudget
-from beam_dp.errors import BadRecordError
-from beam_dp.io import ReadExport, SkippedFile
-from beam_dp.io.schema import ColumnResolution, column_resolution, combine_resolutions
+from beam_dp import (
+    BadRecordError,
+    ColumnResolution,
+    PrivacyBudget,
+    ReadExport,
+    SkippedFile,
+    column_resolution,
+    combine_resolutions,
+)
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
 from pipelines.execute import (

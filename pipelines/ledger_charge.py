@@ -18,7 +18,7 @@ import contextlib
 import os
 from typing import Any
 
-from beam_dp.accounting import PrivacyBudget
+from beam_dp import PrivacyBudget
 from beam_dp.ledger import COMMIT_ATTEMPTS, LedgerError, Plan, Reservation, RunInfo, open_ledger
 
 __all__ = [

@@ -49,8 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from beam_dp.accounting import PrivacyBudget
-from beam_dp.io import FORMATS
+from beam_dp import FORMATS, PrivacyBudget
 from pipelines.cli import SKIP_HINT_CONFIG, cli
 from pipelines.flags import (
     JOB_EPILOG,

@@ -30,20 +30,24 @@ from typing import Any, Literal
 
 import numpy as np
 
-from beam_dp.accounting import BudgetShare, PrivacyBudget
-from beam_dp.beam.cdf import PrivateCDF
-from beam_dp.beam.key_selection import KeySelection
-from beam_dp.beam.options import check_relation, read_labels
-from beam_dp.beam.plan import PrivateTransform
-from beam_dp.beam.quantiles import (
+from beam_dp import (
+    BestPrice,
+    BudgetShare,
+    Election,
+    KeySelection,
+    PrivacyBudget,
+    PrivateCDF,
     PrivateMax,
     PrivateMean,
     PrivateMedian,
     PrivateMin,
     PrivateQuantiles,
+    PrivateTransform,
+    Revenue,
+    TopCandidates,
+    check_relation,
+    read_labels,
 )
-from beam_dp.beam.selection import BestPrice, Election, TopCandidates
-from beam_dp.scores import Revenue
 
 __all__ = [
     "CONFIG_KEYS",
@@ -249,7 +253,7 @@ def _parameters(cls: type) -> tuple[dict[str, Any], list[str]]:
     """The keyword parameters of ``cls(...)`` with their type hints, and the required ones.
 
     ``**options: Unpack[SomeTypedDict]`` (the options every transform shares, declared once
-    in :mod:`beam_dp.beam.options`) contributes the TypedDict's keys, its required keys
+    in ``beam_dp.PrivateOptions``) contributes the TypedDict's keys, its required keys
     among the required ones. Followed through an untyped ``**options``: a constructor that
     forwards ``**options`` (and no ``*args``) to its parent fills the parent's positional
     parameters itself, so those are not the caller's to give.
@@ -319,7 +323,7 @@ def public_list(spec: object, *, name: str, base: Path | None = None) -> list[An
     * a list (from a config): as given;
     * a string naming an existing file (relative to ``base`` when given): one label per line,
       blank lines and ``#`` comments skipped (the library's own reader,
-      :func:`beam_dp.beam.options.read_labels`);
+      :func:`beam_dp.read_labels`);
     * a string with at least one comma: the labels between the commas, blanks stripped (a
       trailing comma ends the list: ``'a,'`` is the one label ``a``).
 

@@ -70,12 +70,18 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms import window as beam_window
 from apache_beam.transforms.combiners import ToListCombineFn
 
-from beam_dp.accounting import LedgerEntry, PrivacyBudget
-from beam_dp.errors import BeamDPError, data_error
-from beam_dp.io import ReadExport, SkippedFile
-from beam_dp.io.outputs import output_files
+from beam_dp import (
+    BeamDPError,
+    LedgerEntry,
+    PrivacyBudget,
+    ReadExport,
+    Release,
+    SkippedFile,
+    data_error,
+    ledger_entries_to_record,
+    output_files,
+)
 from beam_dp.ledger import Cost, LedgerError, Plan, Reservation, RunInfo, open_ledger
-from beam_dp.release import Release, ledger_entries_to_record
 from pipelines._state import LOG
 from pipelines.cli import SKIP_HINT_CONFIG, cli
 from pipelines.execute import PlannedRelease, ReleaseCheckError, check_releases

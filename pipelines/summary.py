@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from beam_dp.io.report_format import chosen_bound
+from beam_dp import chosen_bound
 
 __all__ = ["print_summary"]
 

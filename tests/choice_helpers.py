@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import beam_dp.beam.quantile_combiners as combiners
+import beam_dp.beam._grid as combiners
 from beam_dp.mechanisms import selection_probabilities
 from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram
 

@@ -24,8 +24,10 @@ from scipy import stats
 from stats_helpers import FPR
 
 from beam_dp.accounting import LedgerEntry
-from beam_dp.beam.quantiles import _MeanSpec, _QuantileSpec, grid_error
-from beam_dp.beam.selection_spec import CommonOptions, ResolvedBudget, SelectionSpec
+from beam_dp.beam._transform import CommonOptions, ResolvedBudget
+from beam_dp.beam.mean import MeanSpec, grid_error
+from beam_dp.beam.quantiles import QuantileSpec
+from beam_dp.beam.selection import SelectionSpec
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom
 from beam_dp.release import (
     AccuracyStatement,
@@ -115,7 +117,7 @@ def quantile_coverage(
     plan = plan_quantiles([alpha], epsilon=EPSILON, num_candidates=grid.num_points)
     data_rng = np.random.default_rng(seed)
     source = _seeded(seed)
-    spec = _QuantileSpec(
+    spec = QuantileSpec(
         name="q",
         statistic="median" if alpha == 0.5 else "quantiles",
         grid=grid,
@@ -226,7 +228,7 @@ def joint_coverage(
     root_alphas = [root.alpha] if root.second_alpha is None else [root.alpha, root.second_alpha]
     data_rng = np.random.default_rng(seed)
     source = _seeded(seed)
-    spec = _QuantileSpec(
+    spec = QuantileSpec(
         name="q",
         statistic="quantiles",
         grid=grid,
@@ -302,7 +304,7 @@ def mean_coverage(
     plan = plan_mean(MEAN_GRID, epsilon=EPSILON, relation=relation, n=n)
     data_rng = np.random.default_rng(seed)
     source = _seeded(seed)
-    spec = _MeanSpec(
+    spec = MeanSpec(
         name="mean",
         plan=plan,
         relation=relation,
@@ -480,7 +482,7 @@ def test_quantile_release_keeps_old_keys_and_names_the_new_one_for_what_it_bound
     grid = Grid.uniform(0.0, 100.0, 101)
     histogram = GridHistogram(grid.num_slots)
     histogram.add_slots(grid.slots(np.arange(50.0)))
-    spec = _QuantileSpec(
+    spec = QuantileSpec(
         name="m",
         statistic="median",
         grid=grid,

@@ -64,13 +64,11 @@ __all__ = [
     "as_table",
     "check_label_match",
     "concat_batches",
-    "empty_batch",
     "encode_batch",
     "is_record",
     "num_rows",
     "record_fields",
     "take",
-    "to_record_batch",
     "with_source",
 ]
 
@@ -82,7 +80,6 @@ KEY = "key"
 ColumnBatch = dict[str, npt.NDArray[Any]]
 OnBadRecord = Literal["fail", "skip"]
 
-_DTYPES: dict[str, Any] = {UNIT: np.uint64, CANDIDATE: np.int64, VALUE: np.float64, KEY: np.int64}
 _T = TypeVar("_T")
 # Exceptions a library raises on data it cannot convert (their messages may quote a value).
 _LIBRARY_ERRORS = (
@@ -301,10 +298,6 @@ def num_rows(batch: ColumnBatch) -> int:
 def take(batch: ColumnBatch, rows: npt.NDArray[Any]) -> ColumnBatch:
     """Rows ``rows`` (indices or a boolean mask) of every column."""
     return {name: column[rows] for name, column in batch.items()}
-
-
-def empty_batch(columns: Sequence[str]) -> ColumnBatch:
-    return {name: np.zeros(0, dtype=_DTYPES.get(name, np.float64)) for name in columns}
 
 
 def concat_batches(batches: Iterable[ColumnBatch]) -> ColumnBatch:
@@ -679,8 +672,3 @@ def _encode_table(
     if keep.all():
         return out
     return take(out, keep)
-
-
-def to_record_batch(batch: ColumnBatch) -> pa.RecordBatch:
-    """An encoded batch as a RecordBatch (for writing or debugging)."""
-    return pa.RecordBatch.from_pydict({k: pa.array(v) for k, v in batch.items()})

@@ -11,21 +11,18 @@ mechanism, sampled exactly: :mod:`beam_dp.mechanisms.cdf`)::
 
 Each :class:`~beam_dp.release.Release` holds a :class:`CDFValue`: the synthetic points, the
 step CDF they define (its steps and cumulative fractions), the requested quantiles read from
-it, and the normaliser. The transform runs on the one path of every private transform
-(:mod:`beam_dp.beam.plan`): encode, bound each unit's rows, one grid histogram per window (and
-key) in a ``CombineFn`` whose ``extract_output`` draws the release.
+it, and the normaliser. Read top to bottom: the options, the value, the spec
+(:class:`CDFSpec`), the combiner (:class:`CDFCombineFn`: the grid histogram of
+:mod:`beam_dp.beam._grid`, whose ``extract_output`` draws the release), the construction and
+the transforms.
 
-Public rules and privacy:
+Public rules and privacy (units, keys, windows and the budget division:
+``docs/privacy_rules.md``):
 
-* **Values, units, keys, windows, budget shares**: as for :mod:`beam_dp.beam.quantiles` (the
-  same options, :class:`~beam_dp.beam.quantile_options.ValueParams`): values are clamped to
-  ``[lower, upper]`` and snapped *up* to the public grid (a value strictly between two grid
-  points counts at the upper one); NaN and null values are dropped; with a ``unit_column`` each
-  unit keeps ``max_contributions`` values (and ``max_keys_per_unit`` keys, in
-  ``max_windows_per_unit`` windows). Each release runs at ``ε / (keys · windows)`` one unit can
-  reach (:func:`~beam_dp.beam.options.split_share`). ``max_contributions="auto"`` is refused
-  here: the sensitivity is ``max_contributions * k``, and a bound chosen for coverage measured
-  worse than 1 on three of four datasets (benchmarks/RESULTS.md, "KS CDF").
+* **Values**: clamped to ``[lower, upper]`` and snapped *up* to the public grid (a value
+  strictly between two grid points counts at the upper one). ``max_contributions="auto"`` is
+  refused: the sensitivity is ``max_contributions * k``, and a bound chosen for coverage
+  measured worse than 1 on three of four datasets (benchmarks/RESULTS.md, "KS CDF").
 * **The normaliser**: the KS distance compares ``N_i / n`` with the synthetic ``C_i / k``.
 
   - ``n`` given (public): the mechanism uses it, under either relation. A unit moves every
@@ -46,8 +43,8 @@ Public rules and privacy:
   (default :data:`DEFAULT_MAX_K`).
 * **Budget and ledger**: the KS mechanism is an exponential mechanism (ε-bounded range), so a
   budget share names mechanism ``"exponential"`` and ``rounds=1`` (the transform's
-  :attr:`~beam_dp.beam.plan.PrivateTransform.mechanism` and ``rounds`` say so); ``method``
-  other than ``"exponential"`` is refused. With a released count, the count (pure ε_count-DP,
+  ``mechanism`` and ``rounds`` say so); ``method`` other than ``"exponential"`` is refused.
+  With a released count, the count (pure ε_count-DP,
   ε_count²/2-zCDP) and the KS mechanism (ε_ks²/8-zCDP) cost at most ``ε²/8`` together when
   ``count_share <= 2/5``; a budget share accounted by zCDP therefore refuses a larger share.
   ``num_candidates`` in the ledger is the grid size ``m`` (a release is a multiset of ``k`` of
@@ -58,13 +55,11 @@ Public rules and privacy:
   when ``n̂`` is released); the statement's sentence reads "the released CDF is within D of the
   data's CDF at every point" (:func:`beam_dp.release.cdf_statement`). A quantile read from the
   release has a data CDF value within the same D of its alpha.
-* The draw runs in ``extract_output``; no count or value reaches a log, a message or a metric.
 """
 
 from __future__ import annotations
 
 import bisect
-import difflib
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -73,10 +68,15 @@ from typing import Any, ClassVar, Unpack
 
 from beam_dp._validation import check_positive_int, check_probability_open, to_fraction
 from beam_dp.accounting import LedgerEntry
-from beam_dp.beam.options import PerKeyOptions, PrivateOptions, resolve_budget
-from beam_dp.beam.plan import Built, PrivateTransform
-from beam_dp.beam.quantile_combiners import GridHistogramFn
-from beam_dp.beam.quantile_options import _ValueOptions, take_value_options
+from beam_dp.beam._grid import GridHistogramFn, take_grid_options
+from beam_dp.beam._transform import (
+    Built,
+    GridOptions,
+    PerKeyOptions,
+    PrivateOptions,
+    PrivateTransform,
+    resolve_budget,
+)
 from beam_dp.mechanisms import RandomSource
 from beam_dp.mechanisms.cdf import (
     DEFAULT_COUNT_SHARE,
@@ -112,7 +112,7 @@ DEFAULT_MAX_K = 1_000
 _ZCDP_MAX_COUNT_SHARE = Fraction(2, 5)
 
 
-class _CDFArgs(_ValueOptions, total=False):
+class _CDFArgs(GridOptions, total=False):
     """The CDF's own options (with the value options every grid transform reads).
 
     Attributes:
@@ -141,10 +141,6 @@ class CDFOptions(_CDFArgs, PrivateOptions, total=False):
 class CDFPerKeyOptions(_CDFArgs, PerKeyOptions, total=False):
     """Keyword options of ``PrivateCDF.PerKey`` (``key_column`` default ``"key"``,
     ``max_keys_per_unit`` default 1)."""
-
-
-_CDF_KEYS = frozenset(_CDFArgs.__optional_keys__ - _ValueOptions.__optional_keys__)
-_EVERY_KEY = frozenset(CDFPerKeyOptions.__required_keys__ | CDFPerKeyOptions.__optional_keys__)
 
 
 # ------------------------------------------------------------------------------ the value
@@ -378,17 +374,120 @@ def _count_share(value: object, *, n: int | None, relation: str, zcdp: bool) -> 
     return share
 
 
+def _build_cdf(
+    variant: PrivateTransform, own: Mapping[str, Any], shared: Mapping[str, Any]
+) -> Built:
+    """A CDF transform from its keywords (:meth:`PrivateTransform._build`): ``k``, the
+    normaliser and the epsilon of every release, before any data."""
+    shared = dict(shared)
+    method = shared.pop("method", "exponential")
+    if method != "exponential":
+        raise ValueError(
+            "'method' must be 'exponential' for PrivateCDF (the KS mechanism is an "
+            f"exponential mechanism over multisets of grid points); received {method!r}"
+        )
+    if own.get("max_contributions") == "auto":  # a fixed c decides Δ = c k here
+        raise ValueError(
+            "max_contributions='auto' is not offered for PrivateCDF: the KS mechanism's "
+            "sensitivity is max_contributions * k, and a bound chosen for coverage measured "
+            "1.3-2x worse than 1 on three of four datasets (benchmarks/RESULTS.md, 'KS "
+            "CDF'); give an integer"
+        )
+    values, cdf_options = take_grid_options(variant, own, shared, DEFAULT_NUM_POINTS)
+    options = values.options
+    budget = resolve_budget(
+        options.epsilon,
+        name=options.name,
+        default_name="cdf",
+        mechanism="exponential",
+        rounds=1,
+    )
+    release = options.per_release(budget, values.record_level)  # one key in one window
+    epsilon = Fraction(release.epsilon)
+    m = values.grid.num_points
+    n = cdf_options.get("n")
+    if n is not None:
+        n = check_count_parameter(n, "n")
+    elif options.relation == "replace":
+        raise ValueError(
+            "'n' (the public number of values kept after bounding) is required under "
+            "relation 'replace'; or use 'add_remove', which releases a count"
+        )
+    count_share = _count_share(
+        cdf_options.get("count_share"),
+        n=n,
+        relation=options.relation,
+        zcdp=release.rho is not None,
+    )
+    max_k = cdf_options.get("max_k", DEFAULT_MAX_K)
+    check_positive_int(max_k, "max_k")
+    cap = min(int(max_k), MAX_CELLS // m - 1)
+    if cap < 1:
+        raise ValueError(f"the grid must have at most {MAX_CELLS // 2:,} points for a CDF")
+    k = cdf_options.get("k")
+    if k is not None:
+        check_positive_int(k, "k")
+        check_size(m, int(k))
+        k = int(k)
+    elif n is not None:
+        k = ks_suggested_k(
+            m,
+            epsilon=float(epsilon),
+            n=n,
+            confidence=options.confidence,
+            max_contributions=values.max_contributions,
+            max_k=cap,
+        )
+    quantiles = cdf_options.get("quantiles")
+    parsed = () if quantiles is None else parse_quantiles(quantiles)
+    spec = CDFSpec(
+        name=budget.name,
+        grid=values.grid,
+        k=k,
+        max_k=cap,
+        n=n,
+        count_share=count_share,
+        epsilon=epsilon,
+        rho=release.rho,
+        relation=options.relation,
+        max_contributions=values.max_contributions,
+        quantiles=parsed,
+        bounds=values.ledger_bounds(),
+        confidence=options.confidence,
+        rng=options.rng,
+    )
+    display = {
+        **values.display(budget.name, "cdf", budget.epsilon),
+        "method": "exponential",
+        "k": "chosen from the released count" if k is None else k,
+        "normaliser": "released count" if n is None else "public n",
+        "privacy_unit": "record" if values.record_level else "unit_column",
+        "contribution_bounds": str(values.ledger_bounds()),
+    }
+    if options.keys is not None:
+        display["epsilon_per_key"] = float(epsilon)
+    return Built(
+        values.wiring(CDFCombineFn(spec)),
+        release_name=budget.name,
+        keys_per_unit=values.keys_per_unit,
+        display=display,
+        mechanism="exponential",
+        rounds=1,
+        shares=options.shares(),
+        spec=spec,
+    )
+
+
 class _CDFTransform(PrivateTransform):
     """A private CDF from a grid histogram (see the module docstring).
 
     Args:
-        **options: :class:`CDFOptions` (``.PerKey``: :class:`CDFPerKeyOptions`): the value
-            options of the grid transforms (``lower``, ``upper``, ``unit_column``,
-            ``value_column``, ``grid``, ``num_points`` (default :data:`DEFAULT_NUM_POINTS`),
-            ``max_contributions``), this statistic's own (``k``, ``max_k``, ``n``,
-            ``count_share``, ``quantiles``) and those of every private transform
-            (:class:`~beam_dp.beam.options.PrivateOptions`; ``method`` may only be
-            ``"exponential"``).
+        **options: :class:`CDFOptions` (``.PerKey``: :class:`CDFPerKeyOptions`): this
+            statistic's own (``k``, ``max_k``, ``n``, ``count_share``, ``quantiles``), the grid
+            options (:class:`~beam_dp.beam._transform.GridOptions`; ``num_points`` default
+            :data:`DEFAULT_NUM_POINTS`; no ``"auto"`` bound) and those of every private
+            transform (:class:`~beam_dp.beam._transform.PrivateOptions`; ``method`` may only
+            be ``"exponential"``).
 
     Raises:
         ValueError, TypeError: at construction, naming the bad parameter and its rule, before
@@ -401,112 +500,11 @@ class _CDFTransform(PrivateTransform):
     """
 
     NAMESPACE: ClassVar[str] = "PrivateCDF"
+    _spec: CDFSpec
 
     def __init__(self, **options: Any) -> None:
         super().__init__()
-        for key in options:  # the shared check knows the common options only
-            if key not in _EVERY_KEY:
-                near = difflib.get_close_matches(key, sorted(_EVERY_KEY), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else ""
-                raise TypeError(
-                    f"PrivateCDF.{self.VARIANT}() got an unexpected keyword argument {key!r}{hint}"
-                )
-        given = dict(options)
-        own = {key: given.pop(key) for key in list(given) if key in _CDF_KEYS}
-        method = given.pop("method", "exponential")
-        if method != "exponential":
-            raise ValueError(
-                "'method' must be 'exponential' for PrivateCDF (the KS mechanism is an "
-                f"exponential mechanism over multisets of grid points); received {method!r}"
-            )
-        if given.get("max_contributions") == "auto":  # a fixed c decides Δ = c k here
-            raise ValueError(
-                "max_contributions='auto' is not offered for PrivateCDF: the KS mechanism's "
-                "sensitivity is max_contributions * k, and a bound chosen for coverage measured "
-                "1.3-2x worse than 1 on three of four datasets (benchmarks/RESULTS.md, 'KS "
-                "CDF'); give an integer"
-            )
-        values, _ = take_value_options(self, given, DEFAULT_NUM_POINTS)  # nothing else left
-        common = values.common
-        budget = resolve_budget(
-            common.epsilon,
-            name=common.name,
-            default_name="cdf",
-            mechanism="exponential",
-            rounds=1,
-        )
-        share = values.keys.split(budget, values.record_level, values.windows)
-        epsilon = Fraction(share.epsilon)
-        m = values.grid.num_points
-        n = own.get("n")
-        if n is not None:
-            n = check_count_parameter(n, "n")
-        elif common.relation == "replace":
-            raise ValueError(
-                "'n' (the public number of values kept after bounding) is required under "
-                "relation 'replace'; or use 'add_remove', which releases a count"
-            )
-        count_share = _count_share(
-            own.get("count_share"), n=n, relation=common.relation, zcdp=share.rho is not None
-        )
-        max_k = own.get("max_k", DEFAULT_MAX_K)
-        check_positive_int(max_k, "max_k")
-        cap = min(int(max_k), MAX_CELLS // m - 1)
-        if cap < 1:
-            raise ValueError(f"the grid must have at most {MAX_CELLS // 2:,} points for a CDF")
-        k = own.get("k")
-        if k is not None:
-            check_positive_int(k, "k")
-            check_size(m, int(k))
-            k = int(k)
-        elif n is not None:
-            k = ks_suggested_k(
-                m,
-                epsilon=float(epsilon),
-                n=n,
-                confidence=common.confidence,
-                max_contributions=values.max_contributions,
-                max_k=cap,
-            )
-        quantiles = own.get("quantiles")
-        parsed = () if quantiles is None else parse_quantiles(quantiles)
-        self._spec = CDFSpec(
-            name=budget.name,
-            grid=values.grid,
-            k=k,
-            max_k=cap,
-            n=n,
-            count_share=count_share,
-            epsilon=epsilon,
-            rho=share.rho,
-            relation=common.relation,
-            max_contributions=values.max_contributions,
-            quantiles=parsed,
-            bounds=values.ledger_bounds(),
-            confidence=common.confidence,
-            rng=common.rng,
-        )
-        display = {
-            **values.display(budget.name, "cdf", budget.epsilon),
-            "method": "exponential",
-            "k": "chosen from the released count" if k is None else k,
-            "normaliser": "released count" if n is None else "public n",
-            "privacy_unit": "record" if values.record_level else "unit_column",
-            "contribution_bounds": str(values.ledger_bounds()),
-        }
-        if values.keys.keys is not None:
-            display["epsilon_per_key"] = float(epsilon)
-        self._finish(
-            Built(
-                values.plan(CDFCombineFn(self._spec)),
-                release_name=budget.name,
-                keys_per_unit=values.keys_per_unit,
-                display=display,
-                mechanism="exponential",
-                rounds=1,
-                shares=common.shares(),
-            )
-        )
+        self._build(options, _build_cdf)
 
     @property
     def spec(self) -> CDFSpec:

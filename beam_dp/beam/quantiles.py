@@ -1,183 +1,464 @@
-"""Private quantiles, medians, minima, maxima and means on Beam, from grid summaries.
+"""Private quantiles, medians, minima and maxima on Beam, from a histogram on a public grid.
 
 Each statistic is a namespace with ``.Globally`` and ``.PerKey`` transforms::
 
-    releases = (
-        batches  # pyarrow RecordBatches / Tables (ReadFromParquetBatched), dicts of columns
-        | PrivateQuantiles.Globally(
-            [0.25, 0.5, 0.75], lower=0.0, upper=500.0, epsilon=1.0,
-            unit_column="user_id", value_column="amount", max_contributions=5)
-    )
+    releases = batches | PrivateQuantiles.Globally(
+        [0.25, 0.5, 0.75], lower=0.0, upper=500.0, epsilon=1.0,
+        unit_column="user_id", value_column="amount", max_contributions=5)
 
-Inside, every ``expand`` is a few lines over a ``CombineFn``:
+Read top to bottom: the options (:class:`QuantileOptions`), the spec of a release
+(:class:`QuantileSpec`), the combiners (:class:`QuantileCombineFn` bins each batch into a
+:class:`~beam_dp.summaries.histogram.GridHistogram` with numpy, and ``extract_output`` runs the
+exact selections of :mod:`beam_dp.summaries.quantiles` once per window and key), the
+coarse-to-fine passes of ``refine=True``, the construction (``_build_quantiles``: every plan and
+epsilon fixed before any data is read) and the transforms. What every grid statistic shares
+(the grid options, the histogram, the release record, ``"auto"`` bounds) is
+:mod:`beam_dp.beam._grid`; the construction path :mod:`beam_dp.beam._transform`.
 
-1. ``EncodeBatches`` turns batches into numpy columns (privacy-unit hash, value, key);
-   ``BoundContributions`` (when ``unit_column`` is given) shuffles batches by unit hash and
-   keeps at most ``max_contributions`` values per unit (and ``max_keys_per_unit`` keys).
-2. :class:`QuantileCombineFn` bins each batch into a
-   :class:`~beam_dp.summaries.histogram.GridHistogram` over the public grid with numpy
-   (no per-row Python); accumulators merge by addition into the first one and ``compact``
-   to their sparse form before a shuffle. Memory is O(grid), never O(rows).
-3. ``extract_output`` runs the exact sampler on ``QuantileScore``'s integer scores once per
-   window (and key) and returns a :class:`~beam_dp.release.Release`.
-
-This module holds the constructors; the plan, budget split and auto-bound spec they compute
-from the public options are :mod:`beam_dp.beam.quantile_spec`, and the graphs that need more
-than one combine (``max_contributions="auto"``, ``refine=True``) are
-:mod:`beam_dp.beam.quantile_graph`.
-
-Public rules and privacy (see :mod:`beam_dp.summaries.quantiles` for the math):
-
-* **Values**: NaN and null values are bad records (as is a null privacy unit):
-  ``on_bad_record="fail"``, the default of every transform and job, raises naming the field;
-  ``"skip"`` drops them. Every other value is clamped to ``[lower, upper]``. Neither how
-  many were dropped nor how many were clamped is released.
-* **Privacy unit**: ``record_level=True`` (without a ``unit_column``, asked for explicitly)
-  is record-level privacy (every record is its own unit, nothing is shuffled or bounded; a
-  person with ``r`` records is protected only at ``r·ε``). With a ``unit_column``, each
-  unit's values are bounded to ``max_contributions`` (default 1 in the library, ``"auto"``
-  in the jobs: see the README's "Library and job defaults"; chosen by a per-run salted
-  hash) and the sensitivity is multiplied by it.
-* **``max_contributions="auto"``** (unit level; quantile transforms and the mean): each
-  unit's values are first bounded at ``bound_cap`` (default 1024; with ``max_keys_per_unit``
-  keys); the exact histogram of rows per unit (per (unit, key) for ``.PerKey``) is merged
-  globally per window and one exact selection
-  (:func:`~beam_dp.summaries.contribution_bounds.choose_bound`, rule ``bound_rule``, quantile
-  ``bound_alpha``) chooses the bound ``b`` among the powers of two up to the cap with
-  ``bound_share`` (default 1/10) of each release's epsilon (times the ``m`` keys a unit
-  reaches, whose counts it holds: the choice's sensitivity is multiplied by ``m``); every
-  unit's rows are re-sampled uniformly to ``b`` and the quantiles run at ``b`` with the rest.
-  Each release is charged its whole epsilon (or rho), as with a fixed bound; its record
-  holds the chosen ``b`` (``max_contributions_per_unit``), the cap
-  (``max_contributions_cap``) and the two parts (``accuracy.epsilon_bound_choice``,
-  ``accuracy.epsilon_statistic``: under basic composition they sum to ``epsilon``); its
-  accuracy is at ``b`` and the statistic's part. Under zCDP the statistic keeps
-  ``1 - bound_share`` of the release's epsilon and the choice gets the rest of its rho
-  (``accuracy.rho_bound_choice`` and ``accuracy.rho_statistic`` sum to at most ``rho``;
-  the choice runs at the largest epsilon that rest of the ``m`` keys' rho pays for).
-  ``refine=True`` is refused with ``"auto"``.
-* **``max_keys_per_unit="auto"``** (``.PerKey``; quantiles, median, min, max and mean): each
-  unit first keeps every public key (the cap is their number); before the batches are split
-  by key, each unit adds one count to the exact histogram of distinct keys per unit, merged
-  per window; one exact selection (the same ``choose_bound``, sensitivity that of one count)
-  chooses ``K`` among the powers of two up to the cap with ``bound_share`` of the window's
-  budget; every unit then keeps a uniform ``K`` of its keys (fresh salt) and each key's
-  statistic runs at its share of the window's budget split over ``K`` keys
-  (:func:`~beam_dp.beam.options.split_share`), the choice charged in equal parts to the
-  ``K`` keys. Each record holds the chosen ``K`` (``max_keys_per_unit``), the cap
-  (``max_keys_per_unit_cap``) and its parts (``accuracy.epsilon_bound_choice``,
-  ``accuracy.epsilon_statistic``), so that the ledger's ``K`` entries of a window sum to the
-  window's budget. Under zCDP each candidate ``K`` gets its own rho split and the one choice
-  runs at the smallest epsilon any ``K`` leaves it. Not together with
-  ``max_contributions="auto"``.
-* **``resolution``**: the grid of the multiples of the column's resolution
-  (:func:`~beam_dp.summaries.grids.resolution_grid`; ``"integer"``, ``"0.01"``), every
-  point a value the column can hold (ties: :mod:`beam_dp.summaries.grids`).
-* **Relation**: ``"add_remove"`` (default) or ``"replace"``; the many-quantile split adapts
-  (:func:`~beam_dp.summaries.quantiles.plan_quantiles`).
-* **Budget**: ``epsilon`` is a float or an allocated
-  :class:`~beam_dp.accounting.BudgetShare` of mechanism ``method`` and
-  ``rounds == plan rounds`` (levels of the recursive split, or the number of quantiles for
-  ``split="independent"``); ``Release.ledger.rho`` is set when it is accounted by zCDP.
-* **Accuracy**: every release's ``accuracy`` has ``rank_error`` (the bound on
-  ``|rank(output) - alpha N|`` beyond the best grid point's, at ``confidence``, max over the
-  quantiles), ``cell_width`` (of the grid cells next to the outputs) and ``score_loss``;
-  ``Release.statement`` adds the same bound as ``rank_error_beyond_best_grid_point``, what a
-  rank means with ties, and a sentence (:func:`beam_dp.release.quantile_statement`). A mean
-  states ``value_error`` (``replace``: ± in value units) or ``sum_error`` (``add_remove``:
-  ± ``sum_error / N``) and ``grid_error`` (:func:`beam_dp.release.mean_statement`).
-* **``.PerKey``**: one release per public key (``keys``; records with other keys are dropped),
-  with or without data. A unit influences at most ``m = min(max_keys_per_unit, len(keys))``
-  keys (``m = 1`` at record level) in at most ``w = max_windows_per_unit`` windows; each
-  release runs at ``ε / (m·w)``, or, with a budget share accounted by zCDP, at ``ρ / (m·w)``
-  (``ε / √(m·w)``, rounded down) (:func:`~beam_dp.beam.options.split_share`, shared
-  with the selection transforms), and records it, with ``max_keys_per_unit: m`` and
-  ``max_windows_per_unit: w`` in its bounds, so the whole transform is ε-DP over all keys
-  and windows. Under ``replace`` each key's and window's number of records is public (a
-  neighbour changes a unit's values within its keys and windows), as for the selection
-  transforms (:mod:`beam_dp.beam.selection`).
-* **Windows**: each window gets its own release (``Release.window``). With a
-  ``unit_column``, bounding keeps each unit's rows in at most ``max_windows_per_unit``
-  windows (default 1; on unbounded input the first ones its rows arrive in, kept as per-unit
-  state, see :mod:`beam_dp.beam.bounding`) and the bounds hold within each window. The
-  windowings refused, and the rule on which windows release (a window releases iff it holds
-  an input element, whatever bounding drops), are those of the selection transforms: both
-  run on the one path :mod:`beam_dp.beam.plan` (:func:`~beam_dp.beam.plan.window_markers`
-  says why the rule looks at the input): *which windows exist* is not protected (feed a batch with
-  no rows per window as a heartbeat if it must be). In the global window an empty input
-  still gets a release.
-* The selection runs in ``extract_output``; nothing about a value ever reaches a log, an
-  exception message or a metric, and exact counts only behind the operator's switch
-  (:mod:`beam_dp.telemetry`).
+Privacy: only grid points are released, each quantile's selection at its part of the release's
+epsilon (:func:`~beam_dp.summaries.quantiles.plan_quantiles`); coarse to fine spends
+``refine_fraction`` of it on the coarse cells. Each release states ``rank_error``, the bound
+on ``|rank(output) - alpha N|`` beyond the best grid point's at ``confidence``
+(:func:`beam_dp.release.quantile_statement`). Units, keys and windows:
+``docs/privacy_rules.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar, Unpack
 
-from apache_beam.pvalue import PCollection
+import apache_beam as beam
+from apache_beam.pvalue import AsDict, PCollection
 
-from beam_dp.beam.options import split_share
-from beam_dp.beam.plan import Built, PrivateTransform
-from beam_dp.beam.quantile_combiners import (
-    AutoMeanCombineFn,
-    AutoQuantileCombineFn,
-    MeanCombineFn,
-    MeanSpec,
-    QuantileCombineFn,
-    QuantileSpec,
-    grid_error,
+from beam_dp._validation import check_positive_int, check_probability_open
+from beam_dp.beam._grid import (
+    AutoBoundSpec,
+    GridHistogramFn,
+    GridParams,
+    GridReleaseSpec,
+    auto_bound_spec,
+    expand_auto_bound,
+    take_grid_options,
+    values_of,
 )
-from beam_dp.beam.quantile_graph import expand_auto_bound, expand_coarse_to_fine
-from beam_dp.beam.quantile_options import (
-    MeanOptions,
-    MeanPerKeyOptions,
-    QuantileOptions,
-    QuantilePerKeyOptions,
-    take_value_options,
+from beam_dp.beam._transform import (
+    Built,
+    GridOptions,
+    PerKeyOptions,
+    PrivateOptions,
+    PrivateTransform,
+    divide_budget,
 )
-from beam_dp.beam.quantile_spec import auto_bound_spec, build_quantiles
+from beam_dp.release import Release, bound_notes, quantile_statement
+from beam_dp.summaries.histogram import MAX_GRID_POINTS, Grid, GridHistogram
 from beam_dp.summaries.quantiles import (
-    MeanPlan,
+    DEFAULT_REFINE_FRACTION,
+    DEFAULT_SPLIT,
+    CellPlan,
+    CellSelection,
     QuantilePlan,
+    QuantileSelection,
+    combine_passes,
     parse_quantiles,
-    plan_mean,
+    plan_cells,
+    plan_quantiles,
+    quantile_rounds,
+    refine_grid,
+    select_cells,
+    select_quantiles,
 )
 
 __all__ = [
     "DEFAULT_NUM_POINTS",
-    "MeanCombineFn",
-    "MeanOptions",
     "PrivateMax",
-    "PrivateMean",
     "PrivateMedian",
     "PrivateMin",
     "PrivateQuantiles",
     "QuantileCombineFn",
     "QuantileOptions",
-    "grid_error",
+    "QuantilePerKeyOptions",
+    "QuantileSpec",
 ]
 
-# The specs under their former names (tests and benchmarks read them from here).
-_QuantileSpec = QuantileSpec
-_MeanSpec = MeanSpec
-
-#: Default grid size of the quantile transforms (uniform over ``[lower, upper]``). Measured
-#: (benchmarks/quantiles.py): at 10^6 lognormal values the best point of a 10^5-point grid was
-#: 17-31 ranks from the median, of a 10^6-point grid 2-5; selection costs ~0.07 s per 10^6
-#: points, so lower it for ``.PerKey`` with many small keys.
+#: Default grid size (uniform over ``[lower, upper]``). Measured (benchmarks/quantiles.py): at
+#: 10^6 lognormal values the best point of a 10^5-point grid was 17-31 ranks from the median,
+#: of a 10^6-point grid 2-5; selection costs ~0.07 s per 10^6 points, so lower it for
+#: ``.PerKey`` with many small keys.
 DEFAULT_NUM_POINTS = 1_000_000
-#: Default grid size of the mean transforms.
-DEFAULT_MEAN_POINTS = 10_000
 #: Default tail of ``PrivateMin`` / ``PrivateMax``: the 0.01 and 0.99 quantiles.
 DEFAULT_TAIL = 0.01
 
 QuantilesLike = Sequence[float | Fraction]
 
 
-# -------------------------------------------------------------------------- quantiles
+# ------------------------------------------------------------------------------- options
+
+
+class _QuantileArgs(GridOptions, total=False):
+    """The quantile family's own options (quantiles, median, min, max).
+
+    Attributes:
+        split: for several quantiles: ``"auto"`` (default, chosen by measurement: the joint
+            split for two quantiles or more), ``"joint"`` (a Kaplan-Schnapp-Stemmer recursion
+            in ``ceil(log3(m + 1))`` rounds whose nodes choose one quantile, or two at once
+            with JointExp's utility; pair nodes always use the exponential mechanism, and the
+            release is accounted under ``method``, never a tighter account),
+            ``"recursive"`` (Kaplan-Schnapp-Stemmer, ``ceil(log2(m + 1))`` rounds) or
+            ``"independent"`` (``epsilon / m`` each).
+        refine: the coarse-to-fine option, for dense data (many values per grid cell). A
+            first pass chooses, for each quantile, the cell of ``grid`` that holds it
+            (``refine_fraction`` of epsilon, default 0.1); a second pass over the same data
+            runs the quantile selections on ``refine_points`` points (default ``num_points``)
+            inside each chosen cell, with the rest. It costs a second read of the input and
+            hurts on sparse data (measured: benchmarks/RESULTS.md).
+        refine_fraction, refine_points: see ``refine``.
+    """
+
+    split: str
+    refine: bool
+    refine_fraction: float
+    refine_points: int | None
+
+
+class QuantileOptions(_QuantileArgs, PrivateOptions, total=False):
+    """Keyword options of the quantile ``.Globally`` transforms (``epsilon``: a float or a
+    share of mechanism ``method`` with ``rounds`` equal to ``transform.plan.rounds``)."""
+
+
+class QuantilePerKeyOptions(_QuantileArgs, PerKeyOptions, total=False):
+    """Keyword options of the quantile ``.PerKey`` transforms (``key_column`` default
+    ``"key"``, ``max_keys_per_unit`` default 1)."""
+
+
+# ---------------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantileSpec(GridReleaseSpec):
+    """Everything a quantile release needs after the merge (public; fixed at construction)."""
+
+    statistic: str
+    grid: Grid
+    plan: QuantilePlan
+    cell_plan: CellPlan | None
+    refine_points: int
+    scalar: bool
+
+    def release_merged(self, accumulator: GridHistogram) -> Release:
+        return self.release(select_quantiles(accumulator, self.grid, self.plan, rng=self.rng))
+
+    def release(self, selection: QuantileSelection) -> Release:
+        extra = {
+            "score_loss": selection.score_loss,
+            "rank_error": selection.rank_error,
+            "cell_width": selection.cell_width,
+        }
+        if selection.fine_rank_error is not None:
+            extra["fine_rank_error"] = selection.fine_rank_error
+        value: Any = selection.values[0] if self.scalar else list(selection.values)
+        named = {"median": "the median", "min": "the minimum", "max": "the maximum"}
+        released = [
+            (named.get(self.statistic, f"the {float(alpha):g}-quantile"), point)
+            for alpha, point in zip(self.plan.quantiles, selection.values, strict=True)
+        ]
+        return self.record(
+            selection,
+            statistic=self.statistic,
+            value=value,
+            mechanism=self.plan.method,
+            rounds=selection.rounds,
+            notes=bound_notes(released, lower=self.grid.lower, upper=self.grid.upper),
+            extra_accuracy=extra,
+            statement=quantile_statement(
+                [float(q) for q in self.plan.quantiles],
+                rank_error=selection.rank_error,
+                confidence=self.confidence,
+                several_rounds=self.plan.split in ("recursive", "joint"),
+                pairs=any(node.second_target is not None for node in self.plan.nodes),
+                two_pass=self.cell_plan is not None,
+            ),
+        )
+
+
+# ----------------------------------------------------------------------------- the combiners
+
+
+class QuantileCombineFn(GridHistogramFn):
+    """Grid histogram of the values; ``extract_output`` releases the private quantiles.
+
+    With ``coarse=True`` (the first pass of the coarse-to-fine option) the output is the
+    chosen coarse cells, a :class:`~beam_dp.summaries.quantiles.CellSelection`, instead of a
+    release.
+    """
+
+    def __init__(self, spec: QuantileSpec, *, coarse: bool = False) -> None:
+        super().__init__(spec.grid)
+        self._spec = spec
+        self._coarse = coarse
+
+    def extract_output(self, accumulator: GridHistogram) -> Release | CellSelection:
+        spec = self._spec
+        if self._coarse:
+            assert spec.cell_plan is not None
+            return select_cells(accumulator, spec.grid, spec.cell_plan, rng=spec.rng)
+        return spec.release_merged(accumulator)
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "statistic": self._spec.statistic,
+            "grid": repr(self._spec.grid),
+            "pass": "coarse" if self._coarse else "single",
+        }
+
+
+class AutoQuantileCombineFn(QuantileCombineFn):
+    """:class:`QuantileCombineFn` whose output is the merged histogram, released later.
+
+    With ``max_contributions="auto"`` the release needs the privately chosen bound, a
+    singleton side input per window. It is not given to the combine: Beam's Dask runner
+    silently drops the output of a ``CombinePerKey`` that has a side input (measured, Beam
+    2.x), while a ``Map`` with one works everywhere. So the combine yields ``(histogram)``
+    and :func:`release_at_choice` (a ``Map`` with the side input) runs the selection.
+    """
+
+    def extract_output(self, accumulator: GridHistogram) -> GridHistogram:  # type: ignore[override]
+        return accumulator.compact()
+
+
+# ---------------------------------------------------------------------------- coarse to fine
+
+
+@dataclass
+class FinePartial:
+    """Second-pass accumulator: the (public) coarse outcome and a histogram on its fine grid."""
+
+    coarse: CellSelection | None
+    histogram: GridHistogram | None
+
+
+class BinFineFn(beam.DoFn):
+    """Bin a batch on the fine grid inside its key's coarse cells (a side input)."""
+
+    def __init__(self, spec: QuantileSpec) -> None:
+        super().__init__()
+        self._spec = spec
+        self._cache: dict[tuple[int, ...], Grid] = {}
+
+    def process(
+        self, element: tuple[Any, Any], coarse: Mapping[Any, CellSelection]
+    ) -> Iterator[tuple[Any, FinePartial]]:
+        key, batch = element
+        selection = coarse[key]
+        grid = self._cache.get(selection.cells)
+        if grid is None:
+            grid = refine_grid(self._spec.grid, selection.cells, self._spec.refine_points)
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[selection.cells] = grid
+        histogram = GridHistogram(grid.num_slots)
+        values = values_of(batch)
+        if values.size:
+            histogram.add_slots(grid.slots(values))
+        yield key, FinePartial(selection, histogram.compact())
+
+
+class FineCombineFn(beam.CombineFn):
+    """Merge second-pass histograms; ``extract_output`` releases the refined quantiles."""
+
+    def __init__(self, spec: QuantileSpec) -> None:
+        super().__init__()
+        self._spec = spec
+
+    def create_accumulator(self) -> FinePartial:
+        return FinePartial(None, None)
+
+    def add_input(self, accumulator: FinePartial, element: FinePartial) -> FinePartial:
+        return self.merge_accumulators([accumulator, element])
+
+    def merge_accumulators(self, accumulators: Iterable[FinePartial]) -> FinePartial:
+        iterator = iter(accumulators)
+        first = next(iterator)
+        for other in iterator:
+            if other.histogram is None:
+                continue
+            if first.histogram is None:
+                first.coarse = other.coarse
+                first.histogram = GridHistogram(other.histogram.num_slots).merge(other.histogram)
+            else:
+                first.histogram.merge(other.histogram)
+        return first
+
+    def compact(self, accumulator: FinePartial) -> FinePartial:
+        if accumulator.histogram is not None:
+            accumulator.histogram.compact()
+        return accumulator
+
+    def extract_output(self, accumulator: FinePartial) -> Release:
+        spec = self._spec
+        coarse, histogram = accumulator.coarse, accumulator.histogram
+        if coarse is None or histogram is None:  # pragma: no cover - every key gets a marker
+            raise RuntimeError("the fine pass received no coarse outcome")
+        grid = refine_grid(spec.grid, coarse.cells, spec.refine_points)
+        fine = select_quantiles(histogram, grid, spec.plan, rng=spec.rng)
+        return spec.release(combine_passes(coarse, fine))
+
+
+# ------------------------------------------------------------------------------ construction
+
+
+def _build_quantiles(
+    variant: _QuantileTransform,
+    own: Mapping[str, Any],
+    shared: Mapping[str, Any],
+    *,
+    quantiles: object,
+) -> Built:
+    """A quantile transform from its keywords (:meth:`PrivateTransform._build`)."""
+    values, specific = take_grid_options(variant, own, shared, DEFAULT_NUM_POINTS)
+    return _plan_quantiles(
+        values, quantiles, statistic=variant._STATISTIC, scalar=variant._SCALAR, **specific
+    )
+
+
+def _plan_quantiles(
+    values: GridParams,
+    quantiles: object,
+    *,
+    statistic: str,
+    scalar: bool,
+    split: str = DEFAULT_SPLIT,
+    refine: bool = False,
+    refine_fraction: float = DEFAULT_REFINE_FRACTION,
+    refine_points: int | None = None,
+) -> Built:
+    """Every plan and epsilon of a quantile release, from public options only.
+
+    The rounds come from the quantiles and the split alone; the budget share is divided over
+    the keys and windows one unit reaches; the plan is one pass, or the coarse and fine passes
+    of ``refine=True``, or with an ``"auto"`` bound one plan per candidate bound
+    (:func:`~beam_dp.beam._grid.auto_bound_spec`).
+    """
+    options, the_grid = values.options, values.grid
+    parsed = parse_quantiles(quantiles)
+    if not isinstance(refine, bool):
+        raise TypeError(f"'refine' must be a bool; received {refine!r}")
+    distinct = len(set(parsed))
+    fine_points = 0
+    if refine:
+        check_probability_open(refine_fraction, "refine_fraction")
+        fine_points = the_grid.num_points if refine_points is None else refine_points
+        check_positive_int(fine_points, "refine_points")
+        if fine_points < 2 or distinct * fine_points > MAX_GRID_POINTS:
+            raise ValueError(
+                f"'refine_points' must be >= 2 and at most {MAX_GRID_POINTS:,} divided by "
+                f"the number of quantiles ({distinct}); received {fine_points!r}"
+            )
+    elif refine_points is not None:
+        raise ValueError("'refine_points' applies only with refine=True")
+    rounds = quantile_rounds(parsed, split)  # the quantiles and the split decide them
+    budget = options.budget(statistic, rounds=rounds)
+    release = options.per_release(budget, values.record_level)  # one key in one window
+    epsilon = Fraction(release.epsilon)
+    plan_options: dict[str, Any] = {
+        "relation": options.relation,
+        "max_contributions": values.max_contributions,
+        "method": options.method,
+        "split": split,
+        "confidence": options.confidence,
+    }
+    cell_plan = None
+    auto: AutoBoundSpec | None = None
+    if refine and values.auto is not None:
+        option = "max_contributions" if values.auto.target == "rows" else "max_keys_per_unit"
+        raise ValueError(
+            f"{option}='auto' does not combine with refine=True yet; give an integer "
+            f"{option} or leave refine off"
+        )
+    if refine:
+        beta = (1.0 - options.confidence) / 2
+        coarse_epsilon = epsilon * Fraction(refine_fraction)
+        cell_plan = plan_cells(
+            parsed,
+            epsilon=coarse_epsilon,
+            num_cells=the_grid.num_points - 1,
+            relation=options.relation,
+            max_contributions=values.max_contributions,
+            method=options.method,
+            failure_probability=beta,
+        )
+        plan = plan_quantiles(
+            parsed,
+            epsilon=epsilon - coarse_epsilon,
+            num_candidates=distinct * fine_points,
+            failure_probability=beta,
+            **plan_options,
+        )
+    elif values.auto is not None:
+
+        def plan_at(bound: int, statistic_epsilon: Fraction) -> QuantilePlan:
+            return plan_quantiles(
+                parsed,
+                epsilon=statistic_epsilon,
+                num_candidates=the_grid.num_points,
+                **{**plan_options, "max_contributions": bound},
+            )
+
+        auto = auto_bound_spec(
+            values,
+            release.rho,
+            epsilon,
+            rounds=rounds,
+            plan_at=plan_at,
+            window=divide_budget(budget, windows_per_unit=options.max_windows_per_unit),
+        )
+        at_cap = auto.plans[auto.cap]
+        assert isinstance(at_cap, QuantilePlan)
+        plan = at_cap
+    else:
+        plan = plan_quantiles(
+            parsed, epsilon=epsilon, num_candidates=the_grid.num_points, **plan_options
+        )
+    spec = QuantileSpec(
+        **values.spec_fields(release),
+        statistic=statistic,
+        grid=the_grid,
+        plan=plan,
+        cell_plan=cell_plan,
+        refine_points=fine_points,
+        scalar=scalar,
+        auto=auto,
+    )
+    rank_error = plan.rank_error + (0.0 if cell_plan is None else max(cell_plan.loss_bounds))
+    display = {
+        **values.display(budget.name, statistic, budget.epsilon),
+        "max_contributions": "auto" if auto is not None else values.max_contributions,
+        "quantiles": str([float(q) for q in parsed]),
+        "split": plan.split,
+        "rounds": plan.rounds,
+        "refine": refine,
+        "privacy_unit": "record" if values.record_level else "unit_column",
+        "contribution_bounds": str(values.ledger_bounds()),
+        "rank_error_bound": rank_error,
+    }
+    if options.keys is not None:
+        display["epsilon_per_key"] = float(epsilon)
+    return Built(
+        values.wiring(QuantileCombineFn(spec)),
+        release_name=budget.name,
+        keys_per_unit=values.keys_per_unit,
+        display=display,
+        mechanism=options.method,
+        rounds=rounds,
+        shares=options.shares(),
+        spec=spec,
+    )
+
+
+# ---------------------------------------------------------------------------- the transforms
 
 
 class _QuantileTransform(PrivateTransform):
@@ -187,11 +468,9 @@ class _QuantileTransform(PrivateTransform):
         quantiles: the quantiles, each strictly between 0 and 1 (floats are read as the
             decimals they were written as: 0.9 is 9/10).
         **options: :class:`QuantileOptions` (``.PerKey``: :class:`QuantilePerKeyOptions`):
-            this family's own (``lower``, ``upper``, ``unit_column``, ``value_column``,
-            ``grid``, ``num_points``, ``max_contributions``, ``split``, ``refine``,
-            ``refine_fraction``, ``refine_points``) and those of every private transform
-            (:class:`~beam_dp.beam.options.PrivateOptions`; ``on_bad_record`` defaults to
-            ``"fail"``: ``"skip"`` drops NaN/null values and null units, a public rule).
+            ``split`` and the ``refine`` options, the grid options
+            (:class:`~beam_dp.beam._transform.GridOptions`) and those of every private
+            transform (:class:`~beam_dp.beam._transform.PrivateOptions`).
 
     Raises:
         ValueError, TypeError: at construction, naming the bad parameter and its rule (bad
@@ -207,14 +486,11 @@ class _QuantileTransform(PrivateTransform):
     NAMESPACE: ClassVar[str] = "PrivateQuantiles"
     _STATISTIC: ClassVar[str] = "quantiles"
     _SCALAR: ClassVar[bool] = False
+    _spec: QuantileSpec
 
     def __init__(self, quantiles: object, **options: Any) -> None:
         super().__init__()
-        values, specific = take_value_options(self, options, DEFAULT_NUM_POINTS)
-        built, self._spec = build_quantiles(
-            values, quantiles, statistic=self._STATISTIC, scalar=self._SCALAR, **specific
-        )
-        self._finish(built)
+        self._build(options, functools.partial(_build_quantiles, quantiles=quantiles))
 
     @property
     def plan(self) -> QuantilePlan:
@@ -223,13 +499,21 @@ class _QuantileTransform(PrivateTransform):
         return self._spec.plan
 
     def _expand(self, pcoll: PCollection) -> PCollection:
-        auto = self._spec.auto
-        if auto is not None:
-            merge = AutoQuantileCombineFn(self._spec)
-            return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
-        if self._spec.cell_plan is None:
+        spec = self._spec
+        if spec.auto is not None:
+            merge = AutoQuantileCombineFn(spec)
+            return expand_auto_bound(pcoll, self._wiring, spec, spec.auto, merge)
+        if spec.cell_plan is None:
             return super()._expand(pcoll)
-        return expand_coarse_to_fine(pcoll, self._plan, self._spec)
+        # Coarse to fine: two combines over the same keyed input (the same window markers).
+        keyed = self._wiring.keyed_input(pcoll)
+        coarse = keyed | "CoarsePass" >> beam.CombinePerKey(QuantileCombineFn(spec, coarse=True))
+        releases = (
+            keyed
+            | "BinFine" >> beam.ParDo(BinFineFn(spec), AsDict(coarse))
+            | "FinePass" >> beam.CombinePerKey(FineCombineFn(spec))
+        )
+        return self._wiring.label(releases)
 
 
 class PrivateQuantiles:
@@ -354,120 +638,3 @@ class PrivateMax:
 
         NAMESPACE = "PrivateMax"
         _STATISTIC = "max"
-
-
-# ------------------------------------------------------------------------------- mean
-
-
-class _MeanTransform(PrivateTransform):
-    """A private mean by the exponential mechanism over a public grid (seed 004).
-
-    Args:
-        **options: :class:`MeanOptions` (``.PerKey``: :class:`MeanPerKeyOptions`): as for
-            the quantiles (grid default uniform, 10^4 points; ``epsilon``: ``rounds=1``),
-            plus ``n``. ``relation="replace"`` with the public number of values ``n`` uses
-            the seed's utility ``-|mean - r|`` (sensitivity ``k (upper - lower) / n``), with
-            the mean read as the centred sum ``mid + sum(x - mid) / n`` over the public
-            ``n``: the true mean when ``n`` values are kept, and defined (never an error) for
-            any other count, so whether the release succeeds never depends on the data.
-            ``"add_remove"`` (default) needs no ``n``: it uses ``-|sum(x) - N r|``,
-            sensitivity ``k (upper - lower)`` (see :mod:`beam_dp.summaries.quantiles`).
-            ``max_contributions="auto"`` chooses ``k`` privately as for the quantiles
-            (``bound_share`` of epsilon; the mean at the rest). It removes the bias of one
-            value per unit when values depend on the unit, but a larger ``k`` also scales the
-            noise: measured, it is not always better than 1 (benchmarks/RESULTS.md, "Mean").
-
-    Privacy:
-        epsilon-DP under ``relation``; only a grid point is released. ``accuracy.score_loss``
-        bounds ``|mean - output|`` (replace) or ``|sum - N output|`` (add_remove) beyond the
-        grid term (at most half a cell in the mean's units).
-    """
-
-    NAMESPACE: ClassVar[str] = "PrivateMean"
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__()
-        values, specific = take_value_options(self, options, DEFAULT_MEAN_POINTS)
-        unknown = set(specific) - {"n"}
-        if unknown:  # a quantile keyword given to the mean
-            raise TypeError(
-                f"PrivateMean.{self.VARIANT}() got an unexpected keyword argument "
-                f"{sorted(unknown)[0]!r}"
-            )
-        common = values.common
-        budget = common.budget("mean", rounds=1)
-        share = values.keys.split(budget, values.record_level, values.windows)
-        per_key_epsilon = Fraction(share.epsilon)
-
-        def plan_at(bound: int, epsilon: Fraction) -> MeanPlan:
-            return plan_mean(
-                values.grid,
-                epsilon=epsilon,
-                relation=common.relation,
-                n=specific.get("n"),
-                max_contributions=bound,
-                method=common.method,
-                confidence=common.confidence,
-            )
-
-        auto = None
-        if values.auto is not None:
-            window = split_share(budget, windows_per_unit=values.windows)
-            auto = auto_bound_spec(
-                values, share.rho, per_key_epsilon, rounds=1, plan_at=plan_at, window=window
-            )
-            at_cap = auto.plans[auto.cap]
-            assert isinstance(at_cap, MeanPlan)
-            plan = at_cap
-        else:
-            plan = plan_at(values.max_contributions, per_key_epsilon)
-        self._spec = MeanSpec(
-            **values.spec_fields(budget.name, per_key_epsilon, share.rho), plan=plan, auto=auto
-        )
-        display = {
-            **values.display(budget.name, "mean", budget.epsilon),
-            "max_contributions": "auto" if auto is not None else values.max_contributions,
-            "privacy_unit": "record" if values.record_level else "unit_column",
-            "contribution_bounds": str(values.ledger_bounds()),
-        }
-        self._finish(
-            Built(
-                values.plan(MeanCombineFn(self._spec)),
-                release_name=budget.name,
-                keys_per_unit=values.keys_per_unit,
-                display=display,
-                mechanism=common.method,
-                rounds=1,
-                shares=common.shares(),
-            )
-        )
-
-    def _expand(self, pcoll: PCollection) -> PCollection:
-        auto = self._spec.auto
-        if auto is None:
-            return super()._expand(pcoll)
-        merge = AutoMeanCombineFn(self._spec)
-        return expand_auto_bound(pcoll, self._plan, self._spec, auto, merge)
-
-
-class PrivateMean:
-    """A private mean: ``PrivateMean.Globally(...)`` and ``.PerKey(...)``.
-
-    See ``_MeanTransform`` for the arguments and the two relations.
-    """
-
-    class Globally(_MeanTransform):
-        """The private mean of all the values, one release per window."""
-
-        VARIANT = "Globally"
-
-        def __init__(self, **options: Unpack[MeanOptions]) -> None:
-            super().__init__(**options)
-
-    class PerKey(_MeanTransform):
-        """The private mean per public key."""
-
-        VARIANT = "PerKey"
-
-        def __init__(self, **options: Unpack[MeanPerKeyOptions]) -> None:
-            super().__init__(**options)

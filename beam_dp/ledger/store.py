@@ -2,9 +2,10 @@
 
 :class:`Ledger` is one connection to a ledger; what it does is written once, by concern:
 
-- :mod:`beam_dp.ledger._runs`: the state machine of a run (reserve, commit, return, abandon,
-  an owner's release), :class:`Reservation`, and the concurrency argument that keeps two jobs
-  from spending what only one may.
+- :mod:`beam_dp.ledger._runs`: the state machine of a run (reserve, start, commit, return,
+  abandon, an owner's release) and the concurrency argument that keeps two jobs from spending
+  what only one may; a job drives it through a :class:`Reservation` (here, with the
+  connection it uses).
 - :mod:`beam_dp.ledger._datasets`: an owner creates a dataset and changes its renewal.
 - :mod:`beam_dp.ledger._tables`: reading checked rows (a dataset, its current period, what
   its runs charge) and the queries (status, history).
@@ -22,9 +23,12 @@ Privacy:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
+from beam_dp.accounting import LedgerEntry
 from beam_dp.ledger import _datasets, _runs
 from beam_dp.ledger._backend import Backend
 from beam_dp.ledger._records import (
@@ -33,13 +37,14 @@ from beam_dp.ledger._records import (
     Period,
     RunRecord,
     RunState,
+    amounts_json,
     timestamp,
 )
-from beam_dp.ledger._runs import Reservation
+from beam_dp.ledger._runs import COMMIT_ATTEMPTS
 from beam_dp.ledger._schema import check_schema
 from beam_dp.ledger._tables import Tables, check_dataset_name
-from beam_dp.ledger.errors import LedgerError
-from beam_dp.ledger.plan import Plan, RunInfo
+from beam_dp.ledger.errors import LedgerError, LedgerUnavailableError
+from beam_dp.ledger.plan import Cost, Plan, RunInfo
 from beam_dp.ledger.urls import LedgerURL
 
 __all__ = [
@@ -52,6 +57,137 @@ __all__ = [
     "RunState",
     "check_dataset_name",
 ]
+
+
+_T = TypeVar("_T")
+
+
+class Reservation:
+    """A run's reservation: start it before reading data, commit it before writing outputs.
+
+    Obtained from :meth:`Ledger.reserve`; each method is a transition of the state machine of
+    :mod:`beam_dp.ledger._runs`.
+    """
+
+    def __init__(self, ledger: Ledger, run_id: int, dataset: str, plan: Plan, period: Period):
+        self._ledger = ledger
+        self._run_id = run_id
+        self._dataset = dataset
+        self._plan = plan
+        self._period = period
+
+    @property
+    def run_id(self) -> int:
+        return self._run_id
+
+    @property
+    def dataset(self) -> str:
+        return self._dataset
+
+    @property
+    def cost(self) -> Cost:
+        return self._plan.cost
+
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    def status(self) -> DatasetStatus:
+        """The dataset's budget now (a fresh connection if the reserving one was closed)."""
+        return self._with_ledger(lambda tables: tables.status(self._dataset))
+
+    def start(self) -> None:
+        """Record that the run is about to read data: from now on its charge stays.
+
+        Call it after the last check that may fail without reading data, and before the
+        pipeline runs. If it raises, no data may be read (the run can still be returned).
+        """
+        self._with_ledger(lambda tables: _runs.start(tables, self._run_id))
+
+    def commit(
+        self,
+        entries: Iterable[LedgerEntry] = (),
+        output_location: str | None = None,
+        *,
+        overwrite: bool = False,
+        attempts: int = COMMIT_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> RunRecord:
+        """Record the run's releases: the reservation becomes a committed charge.
+
+        A ledger that is locked or unreachable (:class:`LedgerUnavailableError`) is tried
+        again, ``attempts`` times in all, with pauses of 1, 2, 4, ... seconds; any other
+        refusal is final. If every attempt fails the run stays charged as it was.
+
+        Args:
+            entries: The ledger entries of the releases (``PrivacyBudget.ledger``).
+            output_location: Where the outputs will be written (public).
+            overwrite: Whether the run was allowed to overwrite an earlier release there.
+            attempts: How many times to try (>= 1).
+            sleep: How to pause between attempts (tests pass a fake).
+
+        Returns:
+            The committed run; ``overwrites`` lists earlier committed runs that wrote to
+            the same location (their spend stays spent).
+        """
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"'attempts' must be an integer >= 1; received {attempts!r}")
+        listed = list(entries)
+        for attempt in range(attempts):
+            retry = attempt > 0
+
+            def action(tables: Tables, retry: bool = retry) -> RunRecord:
+                return _runs.commit(
+                    tables, self._run_id, listed, output_location, overwrite, retry=retry
+                )
+
+            try:
+                return self._with_ledger(action, fresh=retry)
+            except LedgerUnavailableError:
+                if attempt == attempts - 1:
+                    raise
+                sleep(float(2**attempt))
+        raise AssertionError("unreachable")
+
+    def release(self) -> None:
+        """Give the reservation back: only for a run that never started reading data. No-op
+        if it was already returned or released."""
+        self._with_ledger(lambda tables: _runs.close(tables, self._run_id, "returned", ""))
+
+    def abandon(self, reason: str) -> None:
+        """Mark a failed run that started reading data: it stays charged."""
+        self._with_ledger(lambda tables: _runs.close(tables, self._run_id, "abandoned", reason))
+
+    def _with_ledger(self, action: Callable[[Tables], _T], *, fresh: bool = False) -> _T:
+        """Run ``action`` on the reserving connection, or on a fresh one if it was closed
+        (or ``fresh``: a retry after a lost connection).
+
+        A job may close its ledger while its pipeline runs (hours, for a large export): the
+        commit then opens a new, short connection instead of relying on an idle one.
+        """
+        if not self._ledger.closed and not fresh:
+            return action(self._ledger._tables)
+        with self._ledger.reopen() as ledger:
+            return action(ledger._tables)
+
+    def describe(self) -> dict[str, Any]:
+        """Public facts for the ``budget`` section of ``release.json`` (URL redacted)."""
+        amounts = amounts_json(self._plan.cost, self._plan.composition)
+        return {
+            "ledger": self._ledger.url,
+            "dataset": self._dataset,
+            "run": self._run_id,
+            "composition": self._plan.composition,
+            "reserved": {**amounts["float"], "exact": amounts["exact"]},
+            "period_start": timestamp(self._period.starts_at),
+            "period_end": None if self._period.ends_at is None else timestamp(self._period.ends_at),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Reservation(run={self._run_id}, dataset={self._dataset!r}, "
+            f"{self._plan.cost.describe(self._plan.composition)})"
+        )
 
 
 class Ledger:

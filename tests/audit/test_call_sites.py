@@ -13,11 +13,11 @@ stages, keys and windows. The call sites:
 ====================  =====================================================================
 site                  sampler call (the module attribute the pipeline looks up)
 ====================  =====================================================================
-selections            ``select`` in ``beam_dp.beam.selection_spec`` (top, price, votes,
+selections            ``select`` in ``beam_dp.beam.selection`` (top, price, votes,
                       margin, a user's score)
 top-k rounds          ``top_k`` there
 per-key draws         ``select_per_key`` there (``.PerKey``: many keys in one draw)
-key selection         ``select_keys`` in ``beam_dp.beam.key_selection_combiners`` (its
+key selection         ``select_keys`` in ``beam_dp.beam.key_selection`` (its
                       threshold and noise), then the top-k among the labels
 quantile points       ``select`` in ``beam_dp.summaries.quantiles.parameters``: one quantile,
                       recursive levels, independent quantiles, both passes of
@@ -72,25 +72,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 import test_end_to_end_audit as e2e
 
 import beam_dp.beam.cdf
-import beam_dp.beam.key_selection_combiners
-import beam_dp.beam.selection_spec
+import beam_dp.beam.key_selection
+import beam_dp.beam.selection
 import beam_dp.summaries.contribution_bounds
 import beam_dp.summaries.quantiles.parameters
 from beam_dp.batching import ContributionBounds
 from beam_dp.beam.cdf import PrivateCDF
-from beam_dp.beam.quantiles import (
-    PrivateMean,
-    PrivateMedian,
-    PrivateQuantiles,
-)
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    ExponentialSelect,
-    KeySelection,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam.key_selection import KeySelection, SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 
 EPSILON = 1.0
 DELTA = 1e-3
@@ -296,10 +287,10 @@ def _not_in(module: str) -> Callable[[CallSite], bool]:
     return lambda call: module not in call.modules
 
 
-SELECTION = beam_dp.beam.selection_spec
+SELECTION = beam_dp.beam.selection
 QUANTILES = beam_dp.summaries.quantiles.parameters
 CHOICE = beam_dp.summaries.contribution_bounds
-KEY_SELECTION = beam_dp.beam.key_selection_combiners
+KEY_SELECTION = beam_dp.beam.key_selection
 CDF = beam_dp.beam.cdf
 COARSE = "beam_dp.summaries.quantiles.coarse_to_fine"
 

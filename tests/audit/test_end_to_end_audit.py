@@ -77,21 +77,10 @@ import beam_dp.mechanisms.partition_selection
 import beam_dp.mechanisms.per_key
 import beam_dp.mechanisms.selection
 from beam_dp.batching import CANDIDATE, ContributionBounds
-from beam_dp.beam.quantiles import (
-    PrivateMax,
-    PrivateMean,
-    PrivateMedian,
-    PrivateMin,
-    PrivateQuantiles,
-)
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    ExponentialSelect,
-    KeySelection,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam.key_selection import KeySelection, SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMax, PrivateMedian, PrivateMin, PrivateQuantiles
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 from beam_dp.io import ReadExport
 from beam_dp.mechanisms import selection_probabilities
 from beam_dp.mechanisms.cdf import DEFAULT_COUNT_SHARE, ks_pmf_bruteforce

@@ -52,7 +52,7 @@ def test_the_list_covers_every_kind_of_privacy_critical_line() -> None:
         "beam_dp/summaries/quantiles/recursive.py",  # the pair node and the recursive levels
         "beam_dp/summaries/contribution_bounds.py",  # the auto choices
         "beam_dp/batching/bounding.py",  # contribution bounds
-        "beam_dp/beam/options.py",  # budget splits over keys and windows
+        "beam_dp/beam/_transform.py",  # budget splits over keys and windows
         "beam_dp/ledger/_runs.py",  # the ledger's state checks
         "beam_dp/batching/hashing.py",  # the identity of a person
     ):

@@ -38,13 +38,9 @@ import pyarrow.parquet as pq
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from beam_dp.beam.key_selection import SelectCandidates
 from beam_dp.beam.quantiles import PrivateMedian
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam.selection import BestPrice, Election, TopCandidates
 from beam_dp.io.outputs import read_release_avro
 from pipelines import best_price, budget, election, quantiles, release, top_candidates
 from pipelines.common import cli

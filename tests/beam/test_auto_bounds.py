@@ -16,15 +16,10 @@ import pyarrow as pa
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-import beam_dp.beam.quantile_combiners as combiners
-from beam_dp.beam.bounding import rebound_rows, rows_per_unit_histogram
-from beam_dp.beam.quantiles import (
-    PrivateMax,
-    PrivateMean,
-    PrivateMedian,
-    PrivateMin,
-    PrivateQuantiles,
-)
+import beam_dp.beam._grid as combiners
+from beam_dp.beam._grid import rebound_rows, rows_per_unit_histogram
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMax, PrivateMedian, PrivateMin, PrivateQuantiles
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release
 from beam_dp.summaries.contribution_bounds import bound_scores, count_histogram

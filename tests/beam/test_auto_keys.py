@@ -14,8 +14,9 @@ from choice_helpers import spy_on_choices, worst_loss_over_one_count
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import KEY, UNIT, VALUE
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
-from beam_dp.beam.rebounding import keys_per_unit_histogram, rebound_keys
+from beam_dp.beam._grid import keys_per_unit_histogram, rebound_keys
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
 from beam_dp.mechanisms import InsecureRandomWarning
 from beam_dp.release import ledger_entries_to_record
 

@@ -14,21 +14,10 @@ import pytest
 
 from beam_dp.accounting import BudgetShare, PrivacyBudget
 from beam_dp.beam.cdf import PrivateCDF
-from beam_dp.beam.key_selection import KeySelection
-from beam_dp.beam.quantiles import (
-    PrivateMax,
-    PrivateMean,
-    PrivateMedian,
-    PrivateMin,
-    PrivateQuantiles,
-)
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    ExponentialSelect,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam.key_selection import KeySelection, SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMax, PrivateMedian, PrivateMin, PrivateQuantiles
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 
 Build = Callable[[Any], beam.PTransform]
 UNIT: dict[str, Any] = {"unit_column": "u"}

@@ -10,8 +10,7 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
-from beam_dp.beam.key_selection_combiners import canonical_label_text
-from beam_dp.beam.selection import SelectCandidates
+from beam_dp.beam.key_selection import SelectCandidates, canonical_label_text
 from beam_dp.errors import BadRecordError
 
 

@@ -1,4 +1,4 @@
-"""The options every private transform takes, declared once (beam_dp.beam.options)."""
+"""The options every private transform takes, declared once (beam_dp.beam._transform)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ from typing import Any
 import pytest
 
 from beam_dp.accounting import PrivacyBudget
-from beam_dp.beam.options import (
+from beam_dp.beam._transform import (
+    GridOptions,
     PerKeyOptions,
     PrivateOptions,
     ResolvedBudget,
+    check_method,
+    divide_budget,
     read_labels,
-    split_share,
 )
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
+from beam_dp.beam.cdf import PrivateCDF
+from beam_dp.beam.key_selection import SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMax, PrivateMedian, PrivateMin, PrivateQuantiles
 from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
-from beam_dp.beam.selection_spec import check_method
 from beam_dp.mechanisms.selection import check_method as the_check_method
 from pipelines.statistics import _parameters, statistic_keys
 
@@ -107,7 +111,7 @@ def test_label_files_have_one_comment_rule(tmp_path: Path) -> None:
 
 def test_one_split_of_a_share_covers_delta() -> None:
     whole = ResolvedBudget("k", 1.0, None, "partition_selection", delta=1e-6)
-    one = split_share(whole, keys_per_unit=2, windows_per_unit=2)
+    one = divide_budget(whole, keys_per_unit=2, windows_per_unit=2)
     assert one.epsilon * 4 <= 1.0 and one.delta is not None and one.delta * 4 <= 1e-6
 
 
@@ -148,22 +152,22 @@ def test_the_config_keys_of_each_selection_are_pinned(kind: str, per_key: bool) 
     ("variant", "required"),
     [
         (TopCandidates.Globally, {"candidate_column", "candidates"}),
-        (TopCandidates.PerKey, {"candidate_column", "candidates"}),
+        (TopCandidates.PerKey, {"candidate_column", "candidates", "keys"}),
         (BestPrice.Globally, {"value_column"}),
-        (BestPrice.PerKey, {"value_column"}),
+        (BestPrice.PerKey, {"value_column", "keys"}),
         (Election.Globally, {"candidate_column", "candidates"}),
-        (Election.PerKey, {"candidate_column", "candidates"}),
+        (Election.PerKey, {"candidate_column", "candidates", "keys"}),
         (ExponentialSelect.Globally, {"score_fn", "candidates", "sensitivity", "monotone"}),
-        (ExponentialSelect.PerKey, {"score_fn", "candidates", "sensitivity", "monotone"}),
+        (ExponentialSelect.PerKey, {"score_fn", "candidates", "sensitivity", "monotone", "keys"}),
     ],
 )
 def test_the_required_keywords_of_each_selection_are_pinned(
     variant: type, required: set[str]
 ) -> None:
-    # (epsilon is not among them: PrivateOptions' Required[...] is a string annotation at run
-    # time, so its __required_keys__ is empty; pipelines.statistics checks epsilon itself.
-    # unit_column is not either: without it, record_level=True is required instead.)
-    assert set(_parameters(variant)[1]) == required
+    # epsilon is required of every transform (PrivateOptions keeps its Required[...] at run
+    # time: beam_dp.beam._transform has no `from __future__ import annotations`), keys of
+    # every .PerKey. unit_column is not: without it, record_level=True is required instead.
+    assert set(_parameters(variant)[1]) == required | {"epsilon"}
 
 
 def test_a_misspelt_own_keyword_is_refused_with_the_nearest_own_name() -> None:
@@ -199,3 +203,115 @@ def test_a_missing_own_keyword_and_a_global_only_one_are_refused() -> None:
             keys=["x"],
             key_column="k",
         )
+
+
+def _declared(variant: type) -> Any:
+    for klass in variant.__mro__:
+        init = klass.__dict__.get("__init__")
+        hint = typing.get_type_hints(init).get("options") if init else None
+        if typing.get_origin(hint) is typing.Unpack:
+            return typing.get_args(hint)[0]
+    raise AssertionError(variant)
+
+
+_GRID = {"lower", "upper"}
+_SELECTED = {"candidate_column", "candidates"}
+
+
+@pytest.mark.parametrize(
+    ("variant", "required"),
+    [
+        (PrivateQuantiles.Globally, _GRID),
+        (PrivateQuantiles.PerKey, _GRID | {"keys"}),
+        (PrivateMedian.Globally, _GRID),
+        (PrivateMin.PerKey, _GRID | {"keys"}),
+        (PrivateMax.Globally, _GRID),
+        (PrivateMean.Globally, _GRID),
+        (PrivateMean.PerKey, _GRID | {"keys"}),
+        (PrivateCDF.Globally, _GRID),
+        (PrivateCDF.PerKey, _GRID | {"keys"}),
+        (TopCandidates.Globally, _SELECTED),
+        (TopCandidates.PerKey, _SELECTED | {"keys"}),
+        (BestPrice.Globally, {"value_column"}),
+        (Election.PerKey, _SELECTED | {"keys"}),
+        (ExponentialSelect.Globally, {"candidates", "sensitivity", "monotone"}),
+        (SelectCandidates.Globally, {"candidate_column"}),
+    ],
+)
+def test_the_typed_options_keep_their_required_keys(variant: type, required: set[str]) -> None:
+    # Class-form TypedDicts under `from __future__ import annotations` lose Required[...] on
+    # Python 3.11 (the annotation stays a string): epsilon, keys, lower and upper would be
+    # optional, and each transform would have to check them by hand.
+    assert PrivateOptions.__required_keys__ == {"epsilon"}
+    assert PerKeyOptions.__required_keys__ == {"epsilon", "keys"}
+    assert GridOptions.__required_keys__ == _GRID
+    declared = _declared(variant)
+    assert declared.__required_keys__ == required | {"epsilon"}
+    assert {"method" if variant is not SelectCandidates.Globally else "delta", "name"} <= (
+        declared.__optional_keys__
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "missing"),
+    [
+        (lambda: PrivateMedian.Globally(upper=1.0, record_level=True, epsilon=1.0), "lower"),
+        (lambda: PrivateMean.PerKey(lower=0.0, upper=1.0, record_level=True, epsilon=1.0), "keys"),
+        (lambda: PrivateCDF.Globally(lower=0.0, upper=1.0, record_level=True), "epsilon"),
+        (lambda: SelectCandidates.Globally(candidate_column="c", record_level=True), "epsilon"),
+        (
+            lambda: TopCandidates.Globally(
+                candidate_column="c", candidates=["a"], record_level=True
+            ),
+            "epsilon",
+        ),
+    ],
+)
+def test_a_missing_required_keyword_is_named_by_the_one_check(build: Any, missing: str) -> None:
+    # A TypeError as Python's own, and a ValueError as the transforms' own checks raised.
+    with pytest.raises(TypeError, match=rf"\(\) missing required keyword argument '{missing}'"):
+        build()
+    with pytest.raises(ValueError, match=f"'{missing}'"):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("build", "typo", "suggestion"),
+    [
+        (
+            lambda **o: PrivateMean.Globally(
+                lower=0.0, upper=1.0, record_level=True, epsilon=1.0, **o
+            ),
+            "num_point",
+            "num_points",
+        ),
+        (
+            lambda **o: PrivateQuantiles.Globally(
+                [0.5], lower=0.0, upper=1.0, record_level=True, epsilon=1.0, **o
+            ),
+            "resolutoin",
+            "resolution",
+        ),
+        (
+            lambda **o: PrivateCDF.PerKey(
+                lower=0.0, upper=1.0, record_level=True, epsilon=1.0, keys=["a"], **o
+            ),
+            "count_shar",
+            "count_share",
+        ),
+        (
+            lambda **o: SelectCandidates.Globally(
+                candidate_column="c", record_level=True, epsilon=1.0, delta=1e-6, **o
+            ),
+            "max_candidate_per_unit",
+            "max_candidates_per_unit",
+        ),
+    ],
+)
+def test_every_transform_names_the_nearest_keyword_by_the_one_check(
+    build: Any, typo: str, suggestion: str
+) -> None:
+    with pytest.raises(
+        TypeError, match=f"unexpected keyword argument '{typo}'; did you mean '{suggestion}'"
+    ):
+        build(**{typo: 1})

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from beam_dp.accounting import PrivacyBudget
+from beam_dp.beam._transform import ResolvedBudget, divide_budget
 from beam_dp.beam.quantiles import PrivateMedian
-from beam_dp.beam.selection import TopCandidates, ledger_entries_to_record
-from beam_dp.beam.selection_spec import ResolvedBudget, split_share
-from beam_dp.release import Release
+from beam_dp.beam.selection import TopCandidates
+from beam_dp.release import Release, ledger_entries_to_record
 
 KEYS = ["k0", "k1", "k2", "k3"]
 ROWS = pa.table(
@@ -101,7 +101,7 @@ def test_split_share_is_exact_under_zcdp(mechanism: str, keys: int, windows: int
     budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
     share = budget.spend("s", mechanism=mechanism, epsilon=0.7, rounds=rounds)
     whole = ResolvedBudget("s", share.epsilon, share.rho, mechanism, rounds)
-    part = split_share(whole, keys_per_unit=keys, windows_per_unit=windows)
+    part = divide_budget(whole, keys_per_unit=keys, windows_per_unit=windows)
     parts = keys * windows
     assert part.rho is not None and share.rho is not None
     assert Fraction(part.rho) * parts <= Fraction(share.rho)
@@ -112,7 +112,7 @@ def test_split_share_is_exact_under_zcdp(mechanism: str, keys: int, windows: int
 
 @pytest.mark.parametrize(("keys", "windows"), [(1, 1), (3, 1), (3, 7), (1, 10)])
 def test_split_share_divides_epsilon_under_basic_composition(keys: int, windows: int) -> None:
-    part = split_share(
+    part = divide_budget(
         ResolvedBudget("s", 0.3, None, "permute_and_flip", 1),
         keys_per_unit=keys,
         windows_per_unit=windows,

@@ -19,16 +19,12 @@ import apache_beam as beam
 import pytest
 
 from beam_dp.batching import UNIT, ContributionBounds
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches
+from beam_dp.beam._contributions import BoundContributions, EncodeBatches
 from beam_dp.beam.cdf import PrivateCDF
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    ExponentialSelect,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam.key_selection import SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 from beam_dp.errors import BadRecordError
 from beam_dp.io import ReadExport
 from beam_dp.release import Release

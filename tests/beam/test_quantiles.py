@@ -23,9 +23,9 @@ from stats_helpers import FPR, chi_square_pvalue
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import VALUE
+from beam_dp.beam.mean import PrivateMean
 from beam_dp.beam.quantiles import (
     PrivateMax,
-    PrivateMean,
     PrivateMedian,
     PrivateMin,
     PrivateQuantiles,

@@ -27,7 +27,8 @@ from apache_beam.internal.cloudpickle import cloudpickle as beam_cloudpickle
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
 from beam_dp.release import Release
 
 # Workers in other processes cannot import this test module: ship its code by value.

@@ -21,21 +21,25 @@ from hypothesis import strategies as st
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import CANDIDATE, UNIT, VALUE
-from beam_dp.beam.key_selection_combiners import LABEL, KeySelectionFn, KeySelectionSpec
-from beam_dp.beam.plan import EMPTY, split_by_key
+from beam_dp.beam._graph import EMPTY, split_by_key
+from beam_dp.beam.key_selection import (
+    LABEL,
+    KeySelection,
+    KeySelectionFn,
+    KeySelectionSpec,
+    SelectCandidates,
+)
 from beam_dp.beam.selection import (
     BestPrice,
+    CandidateCountsFn,
     Election,
     ExponentialSelect,
-    KeySelection,
-    SelectCandidates,
+    RevenueFn,
+    SelectionSpec,
     TopCandidates,
-    ledger_entries_to_record,
 )
-from beam_dp.beam.selection_combiners import CandidateCountsFn, RevenueFn
-from beam_dp.beam.selection_spec import SelectionSpec
 from beam_dp.mechanisms import InsecureSeededRandom, selection_probabilities
-from beam_dp.release import Release, make_release
+from beam_dp.release import Release, ledger_entries_to_record, make_release
 from beam_dp.scores import Revenue
 
 LABELS = ("a", "b", "c", "d")

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 from apache_beam.internal import pickler
 
-from beam_dp.beam.selection import BestPrice
-from beam_dp.beam.selection_combiners import PackedGrid, RevenueFn
+from beam_dp.beam.selection import BestPrice, PackedGrid, RevenueFn
 from beam_dp.scores import Revenue
 
 
@@ -54,7 +53,7 @@ def test_grids_that_do_not_pack_stay_as_arrays() -> None:
 def test_a_million_price_combiner_pickles_small_and_selects_the_same() -> None:
     prices = _grid("0.01", "0.01", 10**6)
     transform = BestPrice.Globally(value_column="v", unit_column="u", prices=prices, epsilon=1.0)
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     assert isinstance(fn, RevenueFn)
     payload = pickler.dumps(fn)  # what Beam ships (pickled and compressed), many times
     assert len(payload) < 10_000  # 16 MB of arrays before the grid was packed
@@ -75,7 +74,7 @@ def test_irregular_grid_combiner_survives_pickling() -> None:
     prices = [0.5, 0.75, 2.0, 3.25, 7.0]
     fn = BestPrice.Globally(
         value_column="v", record_level=True, prices=prices, epsilon=1.0
-    )._plan.combine_fn
+    )._wiring.combine_fn
     again = pickler.loads(pickler.dumps(fn))
     assert again._packed is None or np.array_equal(again._thresholds, fn._thresholds)
     assert again._labels.get(()).tolist() == prices
@@ -84,6 +83,6 @@ def test_irregular_grid_combiner_survives_pickling() -> None:
 def test_best_price_accepts_a_built_revenue_grid() -> None:
     score = Revenue(_grid("0.01", "0.01", 1000))
     transform = BestPrice.Globally(value_column="v", unit_column="u", prices=score, epsilon=1.0)
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     assert np.shares_memory(fn._thresholds, score.thresholds)
     assert transform.display_data()["num_candidates"] == 1000

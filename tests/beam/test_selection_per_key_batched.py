@@ -19,9 +19,9 @@ from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_dp.batching import CANDIDATE, KEY, UNIT, VALUE, take
-from beam_dp.beam import per_key_draw as plan_module
-from beam_dp.beam import selection_spec
-from beam_dp.beam.plan import BatchedSelectFn
+from beam_dp.beam import _graph as plan_module
+from beam_dp.beam import selection as selection_spec
+from beam_dp.beam._graph import BatchedSelectFn
 from beam_dp.beam.selection import BestPrice, Election, TopCandidates
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release
@@ -75,7 +75,7 @@ def test_two_candidate_per_key_releases_follow_the_exact_law(
     releases = _per_key_releases([release for release, _ in found])
     assert set(releases) == {(None, key) for key in with_data + without}
     # The record is the one extract_output gives (same epsilon, mechanism, rounds, accuracy).
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     expected = fn.extract_output(fn.create_accumulator())[0]
     for release in releases.values():
         assert _record(release) == _record(expected)
@@ -132,7 +132,7 @@ def test_top_k_per_key_keeps_one_release_per_key(collect: Any) -> None:
         k=2,
         epsilon=1.0,
     )
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     assert isinstance(fn, BatchedSelectFn) and not fn.batchable
     found = collect(lambda p: p | beam.Create([rows]) | transform)
     releases = _per_key_releases([release for release, _ in found])
@@ -191,7 +191,7 @@ def test_release_many_has_the_law_and_record_of_release() -> None:
             keys=["x"],
             epsilon=1.0,
             rng=InsecureSeededRandom(7),
-        )._plan.combine_fn._spec
+        )._wiring.combine_fn._spec
     labels = ("a", "b", "c")
     scores = [np.array([4, 1, 0], dtype=np.int64)] * 20_000 + [[0, 0, 2]]
     releases = spec.release_many(scores, labels)
@@ -277,7 +277,7 @@ def test_shard_accumulator_rows_are_the_per_key_accumulators(which: str) -> None
         transform = Election.PerKey(
             candidate_column="c", candidates=["a", "b"], score=score, **common
         )
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     rng = np.random.default_rng(5)
     rows = 400
     batch = {

@@ -25,17 +25,10 @@ from apache_beam.transforms.window import TimestampedValue
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.batching import ContributionBounds
-from beam_dp.beam.selection import (
-    BestPrice,
-    Election,
-    ExponentialSelect,
-    KeySelection,
-    SelectCandidates,
-    TopCandidates,
-    ledger_entries_to_record,
-)
+from beam_dp.beam.key_selection import KeySelection, SelectCandidates
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
 from beam_dp.mechanisms import score_loss_bound
-from beam_dp.release import Release
+from beam_dp.release import Release, ledger_entries_to_record
 
 # DESIGN section 7: every release carries these.
 RELEASE_FIELDS = {

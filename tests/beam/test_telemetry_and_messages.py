@@ -15,9 +15,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.transforms import window
 
-from beam_dp.beam import encoding
-from beam_dp.beam.key_selection_combiners import LABEL, KeySelectionFn, KeySelectionSpec
-from beam_dp.beam.selection import SelectCandidates, TopCandidates
+from beam_dp.beam import _contributions as encoding
+from beam_dp.beam.key_selection import LABEL, KeySelectionFn, KeySelectionSpec, SelectCandidates
+from beam_dp.beam.selection import TopCandidates
 from beam_dp.errors import BadRecordError
 
 SECRET = "SECRET-LABEL-7f3a"

@@ -15,14 +15,11 @@ from apache_beam.testing import test_stream
 from apache_beam.transforms import window
 
 from beam_dp.batching import VALUE, ContributionBounds
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches, kept_windows
-from beam_dp.beam.quantiles import PrivateMean, PrivateMedian, PrivateQuantiles
-from beam_dp.beam.selection import (
-    Election,
-    ExponentialSelect,
-    SelectCandidates,
-    TopCandidates,
-)
+from beam_dp.beam._contributions import BoundContributions, EncodeBatches, kept_windows
+from beam_dp.beam.key_selection import SelectCandidates
+from beam_dp.beam.mean import PrivateMean
+from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
+from beam_dp.beam.selection import Election, ExponentialSelect, TopCandidates
 from beam_dp.release import Release
 
 SPAM = 99.0  # the value that marks the flooding unit's rows
@@ -272,7 +269,7 @@ def test_selection_and_quantiles_release_in_the_same_windows(collect: Any) -> No
 def test_a_window_emptied_by_bounding_or_holding_a_heartbeat_releases_in_every_transform(
     collect: Any,
 ) -> None:
-    # One rule for all (beam_dp.beam.plan.window_markers): a window releases iff it holds an
+    # One rule for all (beam_dp.beam._graph.window_markers): a window releases iff it holds an
     # input element. Unit "s" has rows in windows 0 and 1 and keeps one of them
     # (max_windows_per_unit=1), so bounding empties the other; window 2 holds only a
     # heartbeat ({}). A rule on the values after bounding would drop the emptied window (and

@@ -23,7 +23,7 @@ from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Timestamp
 
 from beam_dp.batching import VALUE, ContributionBounds
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches, WindowAdmissions
+from beam_dp.beam._contributions import BoundContributions, EncodeBatches, WindowAdmissions
 from beam_dp.beam.quantiles import PrivateMedian, PrivateQuantiles
 from beam_dp.beam.selection import ExponentialSelect, TopCandidates
 from beam_dp.release import Release

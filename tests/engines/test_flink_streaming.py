@@ -28,8 +28,13 @@ from apache_beam.transforms import window
 from engines_env import DumpElements, load_test_module
 
 from beam_dp.batching import VALUE, ContributionBounds
-from beam_dp.beam.bounding import BoundContributions, EncodeBatches
-from beam_dp.beam.window_bounds import AdmitWindowsFn, TagWindowFn, split_tagged_to_shards
+from beam_dp.beam._contributions import (
+    AdmitWindowsFn,
+    BoundContributions,
+    EncodeBatches,
+    TagWindowFn,
+    split_tagged_to_shards,
+)
 
 TESTS = Path(__file__).parents[1]
 streaming = load_test_module(

@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from export_helpers import write_export
 
 from beam_dp.batching import VALUE
-from beam_dp.beam.bounding import EncodeBatches
+from beam_dp.beam._contributions import EncodeBatches
 from beam_dp.io import ReadExport, detect_format
 
 ROWS = [

@@ -226,6 +226,7 @@ def test_the_commit_retries_with_a_documented_bound() -> None:
     # A unit check of the retry loop: COMMIT_ATTEMPTS attempts, pauses of 1, 2, 4 s.
     from beam_dp.ledger import _runs
     from beam_dp.ledger.errors import LedgerUnavailableError
+    from beam_dp.ledger.store import Reservation
 
     pauses: list[float] = []
     attempts: list[bool] = []
@@ -235,7 +236,7 @@ def test_the_commit_retries_with_a_documented_bound() -> None:
             attempts.append(fresh)
             raise LedgerUnavailableError("ledger x stayed locked")
 
-    reservation = _runs.Reservation.__new__(_runs.Reservation)
+    reservation = Reservation.__new__(Reservation)
     reservation._run_id = 1
     reservation._with_ledger = Busy()._with_ledger  # type: ignore[method-assign]
     with pytest.raises(LedgerUnavailableError):

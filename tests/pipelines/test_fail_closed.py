@@ -259,7 +259,7 @@ def test_a_missing_candidates_file_is_an_error_not_a_label(tmp_path: Path) -> No
 
 
 def test_public_lists_follow_one_rule(tmp_path: Path) -> None:
-    # The library's reader (beam_dp.beam.selection_spec.read_labels), as for a path given to
+    # The library's reader (beam_dp.read_labels), as for a path given to
     # a transform: blanks stripped, blank lines and lines starting with '#' skipped.
     (tmp_path / "labels.txt").write_text("# public labels\n a \n\nb\n")
     assert public_list("labels.txt", name="candidates", base=tmp_path) == ["a", "b"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from beam_dp.beam.options import PerKeyOptions, PrivateOptions
+from beam_dp.beam._transform import PerKeyOptions, PrivateOptions
 from pipelines.statistics import TYPES, spec_from_config, statistic_keys
 
 _SET_BY_JOB = {"unit_column", "on_bad_record", "rng", "key_column", "record_level", "unit_ids"}

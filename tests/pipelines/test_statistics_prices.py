@@ -72,6 +72,6 @@ def test_check_and_transform_share_one_grid() -> None:
     transform = spec.transform(**options)
     grid = spec._grid
     assert grid is not None and grid.num_candidates == 99_999
-    fn = transform._plan.combine_fn
+    fn = transform._wiring.combine_fn
     assert np.shares_memory(fn._thresholds, grid.thresholds)  # read once, not per build
     assert spec.params["prices"] == parse_prices("0.01:1000:0.01")  # the config is untouched

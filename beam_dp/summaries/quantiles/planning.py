@@ -6,7 +6,7 @@
 * ``split="independent"``: ``m`` selections on the whole histogram at ``epsilon / m`` each.
 * ``split="recursive"``: the tree of :mod:`.recursive`, ``D = ceil(log2(m + 1))`` levels at
   ``epsilon / D`` each, every node's relation and epsilon from
-  :func:`~beam_dp.summaries.quantiles.recursive.level_budget` (which carries the proof).
+  :func:`level_budget` (the proof is in :mod:`.recursive`, Privacy).
 * ``split="joint"``: the same tree with some nodes choosing two quantiles at once
   (:mod:`.joint`), ``D = ceil(log3(m + 1))`` levels.
 * ``split="auto"`` (the default, :data:`~.parameters.DEFAULT_SPLIT`): joint for ``m >= 2``,
@@ -43,7 +43,6 @@ from beam_dp.summaries.quantiles.parameters import (
     parse_quantiles,
     selection_loss,
 )
-from beam_dp.summaries.quantiles.recursive import level_budget, recursion_levels
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
 __all__ = [
@@ -51,9 +50,11 @@ __all__ = [
     "TIE_PARTS",
     "QuantileNode",
     "QuantilePlan",
+    "level_budget",
     "plan_quantiles",
     "quantile_rounds",
     "rank_errors",
+    "recursion_levels",
     "tie_parts",
 ]
 
@@ -72,6 +73,34 @@ def tie_parts(num_candidates: int) -> int:
     """``Q`` for a grid of ``num_candidates`` points: :data:`TIE_PARTS`, or fewer so that
     ``num_candidates * (Q + 1) <= max(MAX_CUTS, 2 * num_candidates)``."""
     return max(1, min(TIE_PARTS, MAX_CUTS // int(num_candidates) - 1))
+
+
+def recursion_levels(num_quantiles: int, branching: int = 2) -> int:
+    """The smallest ``D >= 1`` with ``branching**D - 1 >= m``."""
+    levels = 1
+    while branching**levels - 1 < num_quantiles:
+        levels += 1
+    return levels
+
+
+def level_budget(
+    level: int, relation: Relation, level_epsilon: Fraction
+) -> tuple[Relation, Fraction]:
+    """The relation whose sensitivity calibrates a node at ``level``, and the node's epsilon.
+
+    Privacy:
+        The root (level 1) sees the data as the release does: ``relation`` at
+        ``level_epsilon``. Deeper nodes are calibrated to the add/remove sensitivity of their
+        branch (a changed unit adds and removes weighted values across the branches of a
+        level): at ``level_epsilon`` under add/remove, and at ``level_epsilon / 2`` under
+        replace, where one changed unit is up to ``k`` removals plus ``k`` additions (the
+        halving). See :mod:`.recursive` (Privacy) for the parallel composition over a level.
+    """
+    if level == 1:
+        return relation, level_epsilon
+    if relation == "replace":
+        return "add_remove", level_epsilon / 2
+    return "add_remove", level_epsilon
 
 
 @dataclass(frozen=True)

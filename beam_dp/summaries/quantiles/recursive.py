@@ -29,8 +29,8 @@ range in the branch (:meth:`_Branch.ranks`; 0 when some value equal to the point
 target rank). A branch is the values between two cuts: the ends' tied values count at the
 share of the tie between the cuts.
 
-Privacy (:func:`level_budget`)
-------------------------------
+Privacy (:func:`~.planning.level_budget`)
+-----------------------------------------
 Given the cuts chosen by the earlier levels, the branches of a level are disjoint ranges of
 cuts: every value lies in one branch, except values tied at a cut's grid point, whose shares
 over the branches add up to 1. So a value's weights over the branches of a level add up to at
@@ -82,7 +82,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource, as_random_source
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.histogram import Grid, less_greater
@@ -98,37 +97,9 @@ from beam_dp.summaries.quantiles.utility import QuantileSelection, select_point
 if TYPE_CHECKING:
     from beam_dp.summaries.quantiles.planning import QuantileNode, QuantilePlan
 
-__all__ = ["Cut", "level_budget", "recursion_levels", "select_quantiles"]
+__all__ = ["Cut", "select_quantiles"]
 
 IntArray = npt.NDArray[np.int64]
-
-
-def recursion_levels(num_quantiles: int, branching: int = 2) -> int:
-    """The smallest ``D >= 1`` with ``branching**D - 1 >= m``."""
-    levels = 1
-    while branching**levels - 1 < num_quantiles:
-        levels += 1
-    return levels
-
-
-def level_budget(
-    level: int, relation: Relation, level_epsilon: Fraction
-) -> tuple[Relation, Fraction]:
-    """The relation whose sensitivity calibrates a node at ``level``, and the node's epsilon.
-
-    Privacy:
-        The root (level 1) sees the data as the release does: ``relation`` at
-        ``level_epsilon``. Deeper nodes are calibrated to the add/remove sensitivity of their
-        branch (a changed unit adds and removes weighted values across the branches of a
-        level): at ``level_epsilon`` under add/remove, and at ``level_epsilon / 2`` under
-        replace, where one changed unit is up to ``k`` removals plus ``k`` additions (the
-        halving). See the module docstring for the parallel composition over a level.
-    """
-    if level == 1:
-        return relation, level_epsilon
-    if relation == "replace":
-        return "add_remove", level_epsilon / 2
-    return "add_remove", level_epsilon
 
 
 @dataclass(frozen=True, order=True)

@@ -1,20 +1,27 @@
-"""Windows and privacy units: which windowings are accepted, and which windows a unit keeps.
+"""What one privacy unit contributes: encode, shuffle by unit, bound rows, keys and windows.
 
-:func:`check_windowing` is the one rule on accepted windowings. On windowed input
-:class:`~beam_dp.beam.bounding.BoundContributions` keeps each unit's rows in at most
-``max_windows_per_unit`` windows (the rules and their privacy argument are in
-:mod:`beam_dp.beam.bounding`): :func:`kept_windows` and :class:`BoundWindowsFn` for bounded
-input, :class:`WindowAdmissions` and :class:`AdmitWindowsFn` (per-unit state) for unbounded
-input; :class:`RestoreWindows` puts bounded rows back in their own windows and
-:class:`MatchBoundedWindows` gives another PCollection the same windowing strategy.
+:class:`EncodeBatches` turns reader output into numpy column batches; :class:`BoundContributions`
+brings every row of a unit to one shard (batches, not rows, move through the shuffle) and keeps
+what the bounds allow, with :func:`beam_dp.batching.bound_rows`, per window: on windowed input
+:func:`kept_windows` (bounded input) or :class:`WindowAdmissions` (streaming input, per-unit
+state) choose the windows a unit keeps. :func:`check_windowing` is the one rule on accepted
+windowings. The privacy rules of units, keys and windows, and why each holds:
+``docs/privacy_rules.md``.
+
+**Telemetry.** Nothing data-dependent reaches a metric or a log line unless
+:func:`beam_dp.telemetry.enable_exact_counts` was called before the transform was built (not
+private): rows read, bad records skipped, records with an unknown candidate or key, rows kept
+and dropped by bounding, as Beam metrics in the :data:`METRICS_NAMESPACE` namespace.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+import logging
+import secrets
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import apache_beam as beam
 import numpy as np
@@ -38,38 +45,162 @@ from beam_dp.batching import (
     ContributionBounds,
     bound_rows,
     concat_batches,
+    encode_batch,
     num_rows,
     take,
 )
-from beam_dp.beam.unit_shards import NAMESPACE, BoundingCounts, split_to_shards
+from beam_dp.batching.columns import EncodeOptions, EncodeStats, encode_options, with_source
 from beam_dp.telemetry import exact_counts_enabled
 
 __all__ = [
-    "AdmitWindowsFn",
-    "BoundWindowsFn",
+    "METRICS_NAMESPACE",
+    "BoundContributions",
+    "EncodeBatches",
     "MatchBoundedWindows",
-    "RestoreWindows",
-    "TagWindowFn",
     "WindowAdmissions",
     "check_windowing",
+    "is_heartbeat",
     "kept_windows",
-    "split_tagged_to_shards",
 ]
+
+#: The metrics namespace of every exact (not private, switched-on) count.
+METRICS_NAMESPACE = "beam_dp"
+_PROGRESS_EVERY = 1_000_000
+_LOG = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------ encode
+
+
+def is_heartbeat(batch: object) -> bool:
+    """Whether ``batch`` is a heartbeat: an element with no columns and no rows (``{}``,
+    ``[]``). It holds no record, so it is not encoded; it only marks its window, which then
+    releases (``window_markers`` in :mod:`beam_dp.beam._graph`)."""
+    return isinstance(batch, (Mapping, list, tuple)) and len(batch) == 0
+
+
+class _EncodeFn(beam.DoFn):
+    def __init__(self, options: dict[str, Any]):
+        super().__init__()
+        self._options = options
+        # Read in the driver and pickled with the DoFn: the setting holds on every worker.
+        self._exact_counts = exact_counts_enabled()
+        self._seen = 0
+        self._next_report = _PROGRESS_EVERY
+        if self._exact_counts:
+            self._rows = Metrics.counter(METRICS_NAMESPACE, "rows_read")
+            self._bad = Metrics.counter(METRICS_NAMESPACE, "bad_records_skipped")
+            self._unknown = Metrics.counter(
+                METRICS_NAMESPACE, "records_with_unknown_candidate_or_key"
+            )
+
+    def process(self, element: Any) -> Iterator[ColumnBatch]:
+        batch, options = with_source(element, self._options)
+        if is_heartbeat(batch):
+            return
+        stats = EncodeStats()
+        encoded = encode_batch(batch, stats=stats, **options)
+        if self._exact_counts:  # NOT PRIVATE: only behind the operator's switch
+            self._report(stats)
+        if num_rows(encoded):
+            yield encoded
+
+    def _report(self, stats: EncodeStats) -> None:
+        self._rows.inc(stats.rows_read)
+        self._seen += stats.rows_read
+        if self._seen >= self._next_report:
+            _LOG.info("encoded %d rows so far on this worker (exact counts are on)", self._seen)
+            self._next_report *= 2
+        if stats.bad_records:
+            self._bad.inc(stats.bad_records)
+        if stats.unknown_labels:
+            self._unknown.inc(stats.unknown_labels)
+
+
+class EncodeBatches(beam.PTransform):
+    """Reader output (RecordBatches, Tables, lists of dicts) to encoded column batches.
+
+    Elements may also be ``(file name, batch)`` pairs, as :class:`beam_dp.io.ReadExport`
+    emits them; errors then name the file.
+
+    See :func:`beam_dp.batching.encode_batch` for the arguments and the bad-record rules.
+    No value is ever logged; exact counts only behind the operator's switch (module docstring).
+    """
+
+    def __init__(self, **options: Unpack[EncodeOptions]):
+        super().__init__()
+        self._options: dict[str, Any] = encode_options(options)
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        return pcoll | beam.ParDo(_EncodeFn(self._options))
+
+
+# --------------------------------------------------------------------------- units to shards
+
+
+def split_to_shards(batch: ColumnBatch, num_shards: int) -> Iterator[tuple[int, ColumnBatch]]:
+    """Split a batch by the stable hash of its units into ``(shard, sub-batch)`` pairs: every
+    row of a unit goes to the same shard."""
+    # 16-bit shard ids sort with numpy's linear-time radix sort.
+    shard = (batch[UNIT] % np.uint64(num_shards)).astype(
+        np.uint16 if num_shards <= 1 << 16 else np.int64
+    )
+    order = np.argsort(shard, kind="stable")
+    sorted_shards = shard[order]
+    boundaries = np.flatnonzero(np.diff(sorted_shards)) + 1
+    for rows in np.split(order, boundaries):
+        if rows.size:
+            yield int(shard[rows[0]]), take(batch, rows)
+
+
+class BoundingCounts:
+    """The exact rows kept and dropped by a bounding step, as metrics.
+
+    Built in a DoFn's ``__init__`` (in the driver) and pickled with it, so the operator's
+    switch read here holds on every worker. NOT PRIVATE: without the switch nothing is counted.
+    """
+
+    def __init__(self) -> None:
+        self._enabled = exact_counts_enabled()
+        if self._enabled:
+            self._kept = Metrics.counter(METRICS_NAMESPACE, "rows_kept_after_bounding")
+            self._dropped = Metrics.counter(METRICS_NAMESPACE, "rows_dropped_by_bounding")
+
+    def record(self, kept: int, total: int) -> None:
+        """Count ``kept`` rows of ``total`` as kept and the rest as dropped (switch on only)."""
+        if self._enabled:  # NOT PRIVATE: only behind the operator's switch
+            self._kept.inc(kept)
+            self._dropped.inc(total - kept)
+
+
+class BoundShardFn(beam.DoFn):
+    """Bound one shard's rows (every row of its units) with :func:`bound_rows`."""
+
+    def __init__(self, bounds: ContributionBounds, salt: int):
+        super().__init__()
+        self._bounds = bounds
+        self._salt = salt
+        self._counts = BoundingCounts()
+
+    def process(self, element: tuple[int, Iterable[ColumnBatch]]) -> Iterator[ColumnBatch]:
+        _, batches = element
+        rows = concat_batches(batches)
+        bounded = bound_rows(rows, self._bounds, self._salt)
+        kept = num_rows(bounded)
+        self._counts.record(kept, num_rows(rows))
+        if kept:
+            yield bounded
+
+
+# -------------------------------------------------------------------------- which windowings
 
 
 def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_unit: int) -> bool:
     """The one rule on which windowings a private transform accepts; True if windowed.
 
-    * The global window: always; ``max_windows_per_unit`` must then be 1 (every unit is in
-      the one window, and a larger bound would only waste budget).
-    * Merging windows (``Sessions``): never. Adding or removing a unit's records can merge
-      or split windows, so no per-window release has a fixed neighbour.
-    * Record-level privacy (``unit_level=False``): ``FixedWindows`` only, which put each
-      record in exactly one window (sliding windows put a record in several).
-    * Unit-level privacy: any non-merging windowing (fixed, sliding), bounded or unbounded;
-      a unit's windows are bounded by ``max_windows_per_unit`` in the shuffle (bounded
-      input) or with per-unit state (unbounded input), see
-      :class:`~beam_dp.beam.bounding.BoundContributions`.
+    The global window (``max_windows_per_unit`` 1); any non-merging windowing with a unit
+    column; ``FixedWindows`` only at record level (``unit_level=False``). Why:
+    ``docs/privacy_rules.md`` (Windows).
 
     Raises:
         ValueError: naming the windowing and the rule, when the pipeline is built.
@@ -101,6 +232,8 @@ def check_windowing(pcoll: PCollection, *, unit_level: bool, max_windows_per_uni
 
 
 _U64 = npt.NDArray[np.uint64]
+
+
 _WindowTag = bytes
 
 
@@ -223,6 +356,8 @@ class BoundWindowsFn(beam.DoFn):
 
 
 _I64 = npt.NDArray[np.int64]
+
+
 _FREE = -1  # an empty slot in WindowAdmissions.slots
 
 
@@ -318,6 +453,8 @@ class WindowAdmissions:
 
 
 _ADMITTED = ReadModifyWriteStateSpec("admitted_windows", PickleCoder())
+
+
 _ADMITTED_STATE = beam.DoFn.StateParam(_ADMITTED)
 
 
@@ -334,7 +471,7 @@ class AdmitWindowsFn(beam.DoFn):
         self._limit = max_windows_per_unit
         self._exact_counts = exact_counts_enabled()
         if self._exact_counts:
-            self._dropped = Metrics.counter(NAMESPACE, "rows_dropped_by_bounding")
+            self._dropped = Metrics.counter(METRICS_NAMESPACE, "rows_dropped_by_bounding")
 
     def process(
         self,
@@ -424,3 +561,98 @@ class MatchBoundedWindows(beam.PTransform):
             | "TagWindow" >> beam.ParDo(TagWindowFn(coder))
             | "RestoreWindows" >> RestoreWindows(self._windowfn)
         )
+
+
+# ------------------------------------------------------------------------- the bounding step
+
+
+class BoundContributions(beam.PTransform):
+    """Enforce per-unit contribution bounds on encoded column batches.
+
+    Args:
+        bounds: the bounds to enforce (within each window).
+        num_shards: how many groups the units are hashed into (the parallelism of the
+            bounding step; every row of a unit lands in one group).
+        salt: decides which rows (and windows) survive a bound; random per pipeline by
+            default. It is not a privacy parameter (any per-unit rule is private) and is
+            never released.
+        max_windows_per_unit: on windowed input, the windows a unit keeps rows in (default
+            1); must be 1 on input in the global window.
+
+    Output: column batches in which every unit's rows of one window are together and within
+    ``bounds``, in the input's windows; on windowed input each unit keeps the rows of at most
+    ``max_windows_per_unit`` of its windows (bounded input: :func:`kept_windows`; unbounded
+    input: :class:`WindowAdmissions`, per-unit state; ``docs/privacy_rules.md``).
+
+    **Privacy:** every rule above is a function of one unit's own rows (and the salt), so a
+    unit's presence changes only its own rows, in at most ``max_windows_per_unit`` windows
+    and within ``bounds`` in each.
+    """
+
+    def __init__(
+        self,
+        bounds: ContributionBounds,
+        *,
+        num_shards: int = 32,
+        salt: int | None = None,
+        max_windows_per_unit: int = 1,
+    ):
+        super().__init__()
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise ValueError(f"'num_shards' must be an integer >= 1; received {num_shards!r}")
+        if (
+            isinstance(max_windows_per_unit, bool)
+            or not isinstance(max_windows_per_unit, int)
+            or max_windows_per_unit < 1
+        ):
+            raise ValueError(
+                f"'max_windows_per_unit' must be an integer >= 1; received {max_windows_per_unit!r}"
+            )
+        self._bounds = bounds
+        self._num_shards = num_shards
+        self._salt = secrets.randbits(64) if salt is None else int(salt)
+        self._max_windows = max_windows_per_unit
+
+    def expand(self, pcoll: PCollection) -> PCollection:
+        windowed = check_windowing(pcoll, unit_level=True, max_windows_per_unit=self._max_windows)
+        if not windowed:
+            return (
+                pcoll
+                | "SplitByUnitShard" >> beam.FlatMap(split_to_shards, self._num_shards)
+                | "GroupUnits" >> beam.GroupByKey()
+                | "Bound" >> beam.ParDo(BoundShardFn(self._bounds, self._salt))
+            )
+        windowfn = pcoll.windowing.windowfn
+        coder = windowfn.get_window_coder()
+        if not pcoll.is_bounded:
+            return (
+                pcoll
+                | "TagWindow" >> beam.ParDo(TagWindowFn(coder))
+                | "OneWindowForTheState" >> beam.WindowInto(GlobalWindows())
+                | "SplitByUnitShard" >> beam.FlatMap(split_tagged_to_shards, self._num_shards)
+                | "AdmitWindows"
+                >> beam.ParDo(AdmitWindowsFn(self._max_windows)).with_input_types(
+                    beam.typehints.Tuple[int, Any]  # an int key: a deterministic state key
+                )
+                | "RestoreWindows" >> RestoreWindows(windowfn)
+                | "SplitWindowByUnitShard" >> beam.FlatMap(split_to_shards, self._num_shards)
+                | "GroupUnitsInWindow" >> beam.GroupByKey()
+                | "BoundInWindow" >> beam.ParDo(BoundShardFn(self._bounds, self._salt))
+            )
+        return (
+            pcoll
+            | "TagWindow" >> beam.ParDo(TagWindowFn(coder))
+            | "OneWindowForTheShuffle" >> beam.WindowInto(GlobalWindows())
+            | "SplitByUnitShard" >> beam.FlatMap(split_tagged_to_shards, self._num_shards)
+            | "GroupUnits" >> beam.GroupByKey()
+            | "BoundWindows"
+            >> beam.ParDo(BoundWindowsFn(self._bounds, self._salt, self._max_windows, coder))
+            | "RestoreWindows" >> RestoreWindows(windowfn)
+        )
+
+    def display_data(self) -> dict[str, Any]:
+        return {
+            "bounds": str(self._bounds.to_dict()),
+            "num_shards": self._num_shards,
+            "max_windows_per_unit": self._max_windows,
+        }
