@@ -72,7 +72,7 @@ normaliser ``n̂``, the options), never of the counts:
   width ``w`` (``k + 1``, or less under a public bound on the levels: ``D_min <= ceil(n̂ / 2)``
   under ``replace``; a bound from the count's noise when :mod:`.release` releases ``n̂``),
   each cell an integer ``OFFSET + P`` whose bit length is public (:mod:`.bands`);
-* every draw runs ``rounds`` rounds (``PlanOptions.rounds``, 24 by default): the rounds after
+* every draw runs ``rounds`` rounds (``PlanOptions.rounds``, 32 by default): the rounds after
   the first accepted one are run in full and discarded; each round is one block choice, one
   geometric, one band count and one coin whose random bits have a law that depends on public
   values only;
@@ -81,8 +81,10 @@ normaliser ``n̂``, the options), never of the counts:
 
 What is left, all of small probability or small size, in ``docs/timing.md``: a draw that
 needs more than ``rounds`` rounds (probability ``(1 - p)**rounds``, with ``p`` at least the
-plan's ``acceptance_bound``: above 0.5 on every dataset measured, so below ``2**-24``; the
-extra rounds, one band count each, are what would show), the last block proposed (at most
+plan's ``acceptance_bound``: 0.6 or more on every dataset of the benchmark's panel, so
+``1.2e-13`` at most there; a proven public bound on ``p`` does not exist for this
+mechanism, whose level law can spread over any range of band sizes; the extra rounds, one
+band count each, are what would show), the last block proposed (at most
 ``2**-40`` per round; its band may be wider than the padding), a released count further from
 ``n`` than its ``2**-40`` bound (wider bands), the block choice needing a second 64-bit word
 (about ``2**-55`` per round), and the arithmetic outside the dynamic programs (one planning
@@ -193,7 +195,8 @@ def cumulative_counts_from_slots(slot_counts: npt.ArrayLike) -> tuple[int, ...]:
 class Work:
     """What one :class:`Sampler` has done so far (an internal statistic: never released or
     logged). On neighbouring datasets with the same public parameters every field is equal,
-    except ``rounds`` in the event that a draw needs more than ``PlanOptions.rounds`` rounds.
+    except in the event that a draw needs more than ``PlanOptions.rounds`` rounds: each extra
+    round adds to ``rounds``, and its band count to ``band_counts`` and ``cells``.
 
     Attributes:
         feasibility_checks: steps of the search for ``D_min``.

@@ -47,17 +47,18 @@ __all__ = [
 ]
 
 #: Rounds every draw runs (module docstring of :mod:`.ks`).
-DEFAULT_ROUNDS = 24
+DEFAULT_ROUNDS = 32
 
 
 def default_band_counts(k: int) -> int:
-    """The default planning budget, a public function of ``k``: ``24 + 5 ceil(sqrt(k))``.
+    """The default planning budget, a public function of ``k``: ``32 + 8 ceil(sqrt(k))``.
 
-    The mass of the level law spreads over a range where ``ln A`` grows by roughly a few
-    ``sqrt(k)``; blocks that each grow it by about one keep the acceptance high (measured in
-    ``benchmarks/cdf_timing.py``).
+    The mass of the level law spreads over a range where ``ln A`` grows by tens of nats (a
+    few ``sqrt(k)`` where the release is accurate, more where the noise dominates); blocks
+    that each grow it by a nat or two keep a round's acceptance high. Chosen on the panel of
+    ``benchmarks/cdf_timing.py`` (``--only acceptance``), with :data:`DEFAULT_ROUNDS`.
     """
-    return 24 + 5 * math.isqrt(max(k - 1, 0)) + 5
+    return 32 + 8 * (math.isqrt(max(k - 1, 0)) + 1)
 
 
 @dataclass(frozen=True)
