@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from stats_helpers import FPR, chi_square_pvalue
 
 from beam_dp.mechanisms import SecureRandom
-from beam_dp.mechanisms.cdf import KSMechanism, ks_pmf_bruteforce
+from beam_dp.mechanisms.cdf import KSMechanism, ks_pmf_bruteforce, release_ks_cdf
+from beam_dp.mechanisms.cdf import release as release_module
 from beam_dp.mechanisms.cdf.bands import Bands, points_from_path
 from beam_dp.mechanisms.cdf.exact_reals import BitStream, bernoulli_ratio, geometric_many
 from beam_dp.mechanisms.cdf.ks import Sampler
@@ -215,3 +216,27 @@ def test_padded_rounds_keep_the_law_when_rounds_are_rejected() -> None:
     draws = Counter(points_from_path(sampler.draw(source)) for _ in range(4_000))
     observed = np.array([draws[z] for z in support])
     assert chi_square_pvalue(observed, np.array([pmf[z] for z in support])) > FPR
+
+
+def test_a_release_with_a_released_count_keeps_its_columns_within_the_public_width(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # release_ks_cdf bounds D_min by max(n̂/2, k e) with e the count's 2**-40 error bound: the
+    # padded width is then well below k + 1 on accurate data, and no band needs more cells.
+    made: list[Sampler] = []
+
+    class Recording(Sampler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(release_module, "Sampler", Recording)
+    rng = np.random.default_rng(2)
+    m, k = 200, 10
+    counts = _grid_counts(rng.lognormal(3.0, 0.5, 20_000).tolist(), m, 100.0)
+    release_ks_cdf(counts, grid_points=np.linspace(0.0, 100.0, m), k=k, epsilon=1.0)
+    (sampler,) = made
+    width = sampler.bands.width
+    assert width < k + 1
+    work = sampler.work
+    assert work.cells == work.band_counts * (m - 1) * width
