@@ -206,6 +206,21 @@ class Bands:
             return 1
         lo_array, hi_array = self.windows(level)
         k, width = self.k, self.width
+        # Per column, with numpy (the same operations whatever the windows): the padded
+        # range [start, start + size) holding the window [lo, hi], and how it lines up with
+        # the previous column's range.
+        lo = np.minimum(lo_array, k + 1).astype(np.int64)
+        hi = hi_array.astype(np.int64)
+        size = np.maximum(width, hi - lo + 1)  # wider than width only if a bound failed
+        start = np.maximum(0, np.minimum(lo, k + 1 - size))
+        previous_start = np.concatenate(([0], start[:-1]))
+        previous_size = np.concatenate(([1], size[:-1]))
+        below = np.clip(previous_start - start, 0, size)
+        first = np.maximum(start - previous_start, 0)
+        stop = np.minimum(start + size - previous_start, previous_size)
+        fill = size - below - np.maximum(stop - first, 0)
+        head = np.clip(lo - start, 0, size)
+        tail = np.clip(hi + 1 - start, 0, size)
         offset = self._offset
         steps = self._steps
         offsets = [offset] * (k + 1)
@@ -213,29 +228,29 @@ class Bands:
         subtract = operator.sub
         # forms[j] = OFFSET + P_{i-1}(start + j); before the first column P_{-1}(c) = 1 (the
         # empty prefix), and P is 0 below a range and its last value above it.
-        previous_start, forms = 0, [offset + 1]
-        cells = 0
-        for lo, hi in zip(lo_array.tolist(), hi_array.tolist(), strict=True):
-            lo = min(lo, k + 1)
-            size = max(width, hi - lo + 1)  # the padded range (wider only if a bound failed)
-            start = max(0, min(lo, k + 1 - size))
-            below = min(max(previous_start - start, 0), size)
-            first = max(start - previous_start, 0)
-            stop = min(start + size - previous_start, len(forms))
-            column = offsets[:below] + forms[first:stop]
-            column += [forms[-1]] * (size - len(column))
+        forms = [offset + 1]
+        columns = zip(
+            start.tolist(),
+            size.tolist(),
+            below.tolist(),
+            first.tolist(),
+            stop.tolist(),
+            fill.tolist(),
+            head.tolist(),
+            tail.tolist(),
+            strict=True,
+        )
+        for begin, cells_here, under, low, high, more, zero_to, zero_from in columns:
+            column = offsets[:under] + forms[low:high] + [forms[-1]] * more
             # C_i = c only inside the window [lo, hi]: P = 0 (the form OFFSET) outside.
-            head = min(max(lo - start, 0), size)
-            column[:head] = offsets[:head]
-            tail = min(max(hi + 1 - start, 0), size)
-            column[tail:] = offsets[: size - tail]
+            column[:zero_to] = offsets[:zero_to]
+            column[zero_from:] = offsets[: cells_here - zero_from]
             # sums[j] = (j + 1) OFFSET + P_i(start + j), and back to forms: every operand and
             # result has a bit length fixed by j and OFFSET, whatever P (module docstring).
-            forms = list(map(subtract, accumulate(column), steps[:size]))
-            previous_start = start
-            cells += size
+            forms = list(map(subtract, accumulate(column), steps[:cells_here]))
             if keep is not None:
-                keep.append((start, forms))
+                keep.append((begin, forms))
+        cells = int(size.sum())
         self.counters.cells += cells
         return forms[-1] - offset
 
