@@ -11,7 +11,8 @@ Sections (``--only reported|small|acceptance`` runs one):
    person at 50; a uniform grid of 10^4 points on [0, 100], k = 100, epsilon = 1,
    ``add_remove`` with the count released on 1/10 of epsilon: :func:`release_ks_cdf`, the
    call ``PrivateCDF`` makes. Releases alternate D, D' (so that load drifts hit both alike);
-   seconds per release (min / median / max) per dataset and the ratio of the medians. Then
+   wall and CPU seconds per release (min / median / max) per dataset and the ratios of the
+   medians. Then
    the sampler's work counters (:attr:`Sampler.work`, one plan and one draw at the public
    ``n̂ = 2 000``) on both: every counter must be equal.
 2. **small**: the same shape at 1 000 grid points, k = 30, 100 + 100 people (+1), with more
@@ -62,15 +63,19 @@ def reported_pair(people: int, m: int) -> tuple[list[int], list[int]]:
 
 def time_releases(
     pair: tuple[list[int], list[int]], m: int, k: int, repeats: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[tuple[list[float], list[float]], tuple[list[float], list[float]]]:
+    """Wall and CPU seconds (``process_time``: less sensitive to the machine's other jobs)
+    of ``repeats`` releases of each dataset, alternating."""
     grid = np.linspace(0.0, 100.0, m)
-    seconds: tuple[list[float], list[float]] = ([], [])
+    wall: tuple[list[float], list[float]] = ([], [])
+    cpu: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for which, counts in enumerate(pair):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             release_ks_cdf(counts, grid_points=grid, k=k, epsilon=1.0, relation="add_remove")
-            seconds[which].append(time.perf_counter() - start)
-    return seconds
+            wall[which].append(time.perf_counter() - start)
+            cpu[which].append(time.process_time() - start_cpu)
+    return wall, cpu
 
 
 def work_of(counts: list[int], mechanism: KSMechanism) -> Work:
@@ -85,15 +90,18 @@ def neighbours(label: str, people: int, m: int, k: int, repeats: int) -> None:
     print(f"\n## {label}: D = {people:,} at 0 + {people:,} at 100, D' = D + 1 at 50")
     print(f"(m = {m:,} grid points on [0, 100], k = {k}, epsilon = 1, add_remove, count ")
     print(f"released; {repeats} releases each, alternating)\n")
-    d, neighbour = time_releases(pair, m, k, repeats)
-    print("| dataset | min s | median s | max s |")
-    print("|---|---:|---:|---:|")
-    for name, values in (("D", d), ("D'", neighbour)):
+    wall, cpu = time_releases(pair, m, k, repeats)
+    print("| dataset | wall s: min | median | max | CPU s: min | median | max |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, seconds, cpu_seconds in (("D", wall[0], cpu[0]), ("D'", wall[1], cpu[1])):
         print(
-            f"| {name} | {min(values):.2f} | {statistics.median(values):.2f} | {max(values):.2f} |"
+            f"| {name} | {min(seconds):.2f} | {statistics.median(seconds):.2f} | "
+            f"{max(seconds):.2f} | {min(cpu_seconds):.2f} | "
+            f"{statistics.median(cpu_seconds):.2f} | {max(cpu_seconds):.2f} |"
         )
-    ratio = statistics.median(neighbour) / statistics.median(d)
-    print(f"\nratio of medians D'/D: {ratio:.3f}")
+    ratio = statistics.median(wall[1]) / statistics.median(wall[0])
+    cpu_ratio = statistics.median(cpu[1]) / statistics.median(cpu[0])
+    print(f"\nratio of medians D'/D: wall {ratio:.3f}, CPU {cpu_ratio:.3f}")
     mechanism = KSMechanism(
         k=k, epsilon=Fraction(9, 10), relation="add_remove", n_public=2 * people
     )
