@@ -82,9 +82,9 @@ normaliser ``n̂``, the options), never of the counts:
 What is left, all of small probability or small size, in ``docs/timing.md``: a draw that
 needs more than ``rounds`` rounds (probability ``(1 - p)**rounds``, with ``p`` at least the
 plan's ``acceptance_bound``: 0.6 or more on every dataset of the benchmark's panel, so
-``1.2e-13`` at most there; a proven public bound on ``p`` does not exist for this
-mechanism, whose level law can spread over any range of band sizes; the extra rounds, one
-band count each, are what would show), the last block proposed (at most
+``1.2e-13`` at most there; no public lower bound on ``p`` is known for this sampler, whose
+level law can spread over any range of band sizes; the extra rounds, one band count each,
+are what would show), the last block proposed (at most
 ``2**-40`` per round; its band may be wider than the padding), a released count further from
 ``n`` than its ``2**-40`` bound (wider bands), the block choice needing a second 64-bit word
 (about ``2**-55`` per round), and the arithmetic outside the dynamic programs (one planning
@@ -363,7 +363,9 @@ def sample_ks_synthetic(
         exponential mechanism ``P(z) ∝ exp(-ε D(z) / (2 c k))`` over the ``C(m + k - 1, k)``
         multisets, with ``D`` of :func:`ks_deviation` (sensitivity ``c k``), sampled exactly
         (module docstring). Under ``add_remove`` the normaliser is taken as public: if it is
-        a release, its epsilon adds up. Only the points are released.
+        a release, its epsilon adds up. Only the points are released; the work done (and so
+        the running time) is fixed by public values except on the rare events listed in the
+        module docstring.
 
     Raises:
         ValueError, TypeError: a parameter breaks its rule (named in the message); the
