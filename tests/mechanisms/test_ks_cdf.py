@@ -47,14 +47,16 @@ CASES = {
     "replace_six_points": ([0, 1, 4, 4, 9, 12], 3, 0.7, "replace", None, 1),
     "replace_many_points_each": ([2, 2, 5], 6, 1.5, "replace", None, 1),
 }
-# Planner settings change the cost, never the law: big strides (envelopes well above the
-# counts, so rounds are rejected), an early tail (the all-paths block is proposed often) and
-# a single band count (almost everything is in the all-paths block).
+# Planner settings change the cost, never the law: big strides (eight band counts, so blocks
+# span several breakpoints and rounds are rejected), an early tail (the all-paths block may
+# take half of the proposal) and a single band count (almost everything is in one block).
+# One round per draw in the last three: the rounds a draw runs after the accepted one are
+# discarded, so the default (many) rounds only add time.
 PLANS = {
     "default": PlanOptions(),
-    "big_strides": PlanOptions(max_growth=50.0, min_growth=50.0),
-    "early_tail": PlanOptions(negligible=0.5),
-    "one_count": PlanOptions(max_counts=1),
+    "big_strides": PlanOptions(band_counts=8, rounds=1),
+    "early_tail": PlanOptions(tail_bits=1, rounds=1),
+    "one_count": PlanOptions(band_counts=1, rounds=1),
 }
 DRAWS = 8_000
 

@@ -17,6 +17,8 @@ The KS sampler needs two kinds of draw beyond the coins of :mod:`beam_dp.mechani
   after one round except with probability about ``2**-50``.
 * **Truncated geometric offsets** ``P(G = g) ∝ exp(-gamma g)`` on ``0 <= g < width`` (or on all
   ``g >= 0``), built only from the existing exact coins (:func:`truncated_geometric`).
+* **A coin with a rational probability** ``a / b`` of big integers (:func:`bernoulli_ratio`),
+  whose number of random bits has the same law for every ``a / b``.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples
 from beam_dp.mechanisms.randomness import RandomSource
 
 __all__ = [
+    "BitStream",
     "IndexSampler",
+    "bernoulli_ratio",
     "choose_index",
     "exp_neg_bounds",
     "geometric",
+    "geometric_many",
     "one_minus_exp_neg_bounds",
     "randbelow",
     "truncated_geometric",
@@ -45,7 +50,7 @@ _HALF = Fraction(1, 2)
 _ONE = Fraction(1)
 _U_WORD_BITS = 64
 _FIRST_BITS = 64
-_BATCH = 64
+_LANE_BATCH = 8
 
 
 def _alternating_series(z: int, p: int, offset: int) -> tuple[int, int]:
@@ -201,15 +206,23 @@ class IndexSampler:
 
     def sample(self, source: RandomSource) -> int:
         """One exact draw."""
-        u = 0
-        round_index = 0
-        while True:
-            u = (u << _U_WORD_BITS) | int(source.words64(1)[0])
-            lowers, uppers = self._thresholds(round_index)
-            i = bisect.bisect_left(lowers, u + 1)
-            if i < len(lowers) and (i == 0 or uppers[i - 1] <= u):
-                return i
-            round_index += 1
+        return self.sample_many(1, source)[0]
+
+    def sample_many(self, n: int, source: RandomSource) -> list[int]:
+        """``n`` independent exact draws (the first 64 bits of every ``U`` read at once)."""
+        out = []
+        for word in source.words64(n).tolist():
+            u = int(word)
+            round_index = 0
+            while True:
+                lowers, uppers = self._thresholds(round_index)
+                i = bisect.bisect_left(lowers, u + 1)
+                if i < len(lowers) and (i == 0 or uppers[i - 1] <= u):
+                    out.append(i)
+                    break
+                round_index += 1
+                u = (u << _U_WORD_BITS) | int(source.words64(1)[0])
+        return out
 
 
 def _common_scale(
@@ -263,58 +276,102 @@ def _uniform_below(bound: int, size: int, source: RandomSource) -> np.ndarray:
     return np.array([source.randbelow(bound) for _ in range(size)], dtype=object)
 
 
-def _truncated_by_coins(gamma: Fraction, width: int, source: RandomSource) -> int:
-    """``P(G = g) ∝ exp(-gamma g)`` on ``[0, width)``: a uniform ``g`` kept with a coin.
-
-    Each proposal is kept with probability ``exp(-gamma g) >= exp(-gamma width)``; callers use
-    it only when ``gamma * width <= 2``, so at least ``(1 - e**-2) / 2`` of proposals are kept
-    on average. Proposals are flipped in batches; the first kept one in draw order is returned,
-    which is exactly the sequential procedure.
-    """
-    if width == 1:
-        return 0
-    while True:
-        proposals = _uniform_below(width, _BATCH, source)
-        kept = np.flatnonzero(bernoulli_exp_multiples(gamma, proposals, source))
-        if kept.size:
-            return int(proposals[kept[0]])
-
-
 def geometric(gamma: Fraction, source: RandomSource) -> int:
     """``P(G = g) = (1 - e**-gamma) e**(-gamma g)`` for ``g >= 0``, exactly (``gamma > 0``).
 
+    One draw of :func:`geometric_many`.
+    """
+    return geometric_many(gamma, 1, source)[0]
+
+
+def geometric_many(gamma: Fraction, n: int, source: RandomSource) -> list[int]:
+    """``n`` independent draws of ``P(G = g) = (1 - e**-gamma) e**(-gamma g)``, ``g >= 0``.
+
     With ``t = ceil(1 / gamma)``: ``G = U + t V`` where ``U`` is the truncated law on
-    ``[0, t)`` and ``V`` counts the successes of ``exp(-gamma t)`` coins before the first
-    failure (Canonne, Kamath and Steinke 2020, Algorithm 2, with our coins). Since
-    ``P(U = u) P(V = v) ∝ e**(-gamma u) e**(-gamma t v) = e**(-gamma (u + t v))`` and
+    ``[0, t)`` (a uniform proposal kept with an ``exp(-gamma u)`` coin, at least ``e**-2`` of
+    them kept since ``gamma t <= 2`` when ``t > 1``) and ``V`` counts the successes of
+    ``exp(-gamma t)`` coins before the first failure (Canonne, Kamath and Steinke 2020,
+    Algorithm 2, with our coins). Since ``P(U = u) P(V = v) ∝ e**(-gamma (u + t v))`` and
     ``(u, v) -> u + t v`` is a bijection onto the naturals, ``G`` has the stated law.
-    ``gamma t >= 1``, so ``V`` needs fewer than 1.6 coins on average.
+    ``gamma t >= 1``, so ``V`` needs fewer than 1.6 coins on average. Every lane flips
+    ``_LANE_BATCH`` proposals at a time and keeps its first kept one in draw order, which is the
+    sequential procedure; the random bits used have a law that depends on ``gamma`` and ``n``
+    only.
     """
     if gamma <= 0:
         raise ValueError("'gamma' must be > 0")
     t = math.ceil(1 / gamma)
-    u = _truncated_by_coins(gamma, t, source)
-    v = 0
+    u = [0] * n
+    todo = np.arange(n)
+    while t > 1 and todo.size:
+        proposals = _uniform_below(t, todo.size * _LANE_BATCH, source)
+        kept = bernoulli_exp_multiples(gamma, proposals, source).reshape(todo.size, _LANE_BATCH)
+        found = kept.any(axis=1)
+        first = kept.argmax(axis=1)
+        for lane in np.flatnonzero(found).tolist():
+            u[int(todo[lane])] = int(proposals[lane * _LANE_BATCH + int(first[lane])])
+        todo = todo[~found]
+    v = [0] * n
+    alive = np.arange(n)
     step = gamma * t
-    while bool(bernoulli_exp(step, 1, source)[0]):
-        v += 1
-    return u + t * v
+    while alive.size:
+        alive = alive[bernoulli_exp(step, alive.size, source)]
+        for lane in alive.tolist():
+            v[lane] += 1
+    return [a + t * b for a, b in zip(u, v, strict=True)]
 
 
 def truncated_geometric(gamma: Fraction, width: int | None, source: RandomSource) -> int:
     """``P(G = g) ∝ exp(-gamma g)`` on ``0 <= g < width`` (all ``g >= 0`` if ``width`` is None).
 
-    Narrow ranges (``gamma * width <= 2``) keep a uniform proposal with a coin; wide ones draw
-    an untruncated :func:`geometric` until it falls below ``width`` (at least ``1 - e**-2`` of
-    draws do). Both are exact; which one runs depends only on public ``gamma`` and ``width``.
+    :func:`geometric` taken modulo ``width``: ``P(G mod w = g) = sum_v (1 - e**-gamma)
+    e**(-gamma (g + v w)) ∝ e**(-gamma g)`` for ``0 <= g < w``. No draw is ever rejected, so
+    the random bits it uses have a law that depends on ``gamma`` only, not on ``width``.
     """
     if gamma <= 0:
         raise ValueError("'gamma' must be > 0")
     if width is not None and width < 1:
         raise ValueError("'width' must be >= 1")
-    if width is not None and gamma * width <= 2:
-        return _truncated_by_coins(gamma, width, source)
+    g = geometric(gamma, source)
+    return g if width is None else g % width
+
+
+class BitStream:
+    """Uniform random bits one at a time, read from a source 64 bits at a time."""
+
+    def __init__(self, source: RandomSource):
+        self.source = source
+        self._word = 0
+        self._left = 0
+
+    def bit(self) -> int:
+        """One uniform bit."""
+        if not self._left:
+            self._word = int(self.source.words64(1)[0])
+            self._left = 64
+        out = self._word & 1
+        self._word >>= 1
+        self._left -= 1
+        return out
+
+
+def bernoulli_ratio(numerator: int, denominator: int, bits: BitStream) -> bool:
+    """True with probability ``numerator / denominator`` exactly (``0 <= num <= den``, ``den > 0``).
+
+    Compares a lazily drawn uniform ``U = 0.u_1 u_2 ...`` with the binary expansion
+    ``x = 0.x_1 x_2 ...`` of the ratio (long division; ``1 = 0.111...``) and returns whether
+    ``U < x`` at the first bit where they differ. Each step differs with probability exactly 1/2
+    whatever ``x_j``, so the number of bits used is geometric with parameter 1/2 for every
+    ratio: the work reveals nothing about it. The loop ends with probability 1.
+    """
+    if denominator <= 0 or not 0 <= numerator <= denominator:
+        raise ValueError("'numerator / denominator' must be a probability")
+    remainder = numerator
     while True:
-        g = geometric(gamma, source)
-        if width is None or g < width:
-            return g
+        remainder <<= 1
+        digit = 1 if remainder >= denominator else 0
+        if digit:
+            remainder -= denominator
+        drawn = bits.bit()
+        if drawn != digit:
+            return drawn < digit

@@ -44,22 +44,52 @@ an *envelope* ``Ā >= A(s)`` on the block: the exact count of a band ``ℓ >= b 
 block, ``b = ∞``, uses all ``|R|`` paths). One round:
 
 1. choose a block with probability ``∝ Ā e**(-γ (a - D_min)) (1 - e**(-γ (b - a)))``
-   (exactly: :func:`.exact_reals.choose_index`, rigorous rational bounds on the exponentials);
-2. a uniform path of the band ``ℓ`` (``Ā`` paths);
-3. ``s = a + G`` with ``P(G = g) ∝ e**(-γ g)`` on ``[0, b - a)`` (exact coins; not drawn when
-   ``D(path) <= a``, since then every ``s`` qualifies);
-4. return the path if ``D(path) <= s``, else start a new round.
+   (exactly: :class:`.exact_reals.IndexSampler`, rigorous rational bounds on the
+   exponentials);
+2. ``s = a + G`` with ``P(G = g) ∝ e**(-γ g)`` on ``[0, b - a)`` (a geometric modulo the
+   width, :func:`.exact_reals.truncated_geometric`);
+3. count ``A(s)`` and accept with probability ``A(s) / Ā`` (:func:`.exact_reals.bernoulli_ratio`;
+   a uniform path of the envelope's band lies in the band of ``s`` with exactly that
+   probability).
 
-A round returns (path, s) with probability ``∝ Ā e**(-γ s) / Ā [D(path) <= s]`` for every
-``s >= D_min``, the joint law above, so the result is exact whatever the blocks. A round
-succeeds with probability ``sum_s A(s) e**(-γ s) / sum_blocks Ā ...`` > 0 (the first block
-contains ``s = D_min`` with ``A >= 1``), so the loop ends with probability 1 after a geometric
-number of rounds. How the blocks are chosen (:func:`.plan.plan`) affects only the cost: starting
-where ``A(s) e**(-γ s)`` peaks, blocks grow while the envelope stays within ``e**3`` of the
-smallest count inside the block (so a round succeeds with probability about 1/4 or more), and
-the remainders below and above become single blocks once their total proposal weight is below
-1/1000 of the rest (an exact bound for the top: ``|R|``). A block between two consecutive
-breakpoints has ``Ā = A(s)`` exactly.
+A round accepts ``(block, s)`` with probability ``∝ Ā e**(-γ s) A(s) / Ā = A(s) e**(-γ s)``:
+the ``s``-marginal above, whatever the blocks. The accepted ``s`` gets a uniform path of its
+band (one more dynamic program, with tables). Rounds are i.i.d., so the first accepted one
+has this law whatever rounds come after it; a round succeeds with probability
+``p = sum_s A(s) e**(-γ s) / sum_blocks Ā ... > 0``, so the loop ends with probability 1.
+How the blocks are chosen (:func:`.plan.plan`) affects only ``p``.
+
+**Running time fixed by public values** (issue 22: on the reported D and D', one person
+apart, the old planner ran 49 and 143 band counts and the job took twice as long). Every
+piece of work is a function of public values (``m``, ``k``, ``ε``, ``c``, the relation, the
+normaliser ``n̂``, the options), never of the counts:
+
+* the minimum ``D_min``: a binary search of ``bit_length((m - 1)(k + 1))`` feasibility
+  tests, each ``O(m)``;
+* the plan: exactly ``band_counts`` band counts (:func:`.plan.default_band_counts`, from
+  ``k``), at levels ``<= D_min + span`` with the public ``span`` of :func:`.plan.plan_span`;
+* every band count (planning, rounds, tables): ``(m - 1) w`` cells with a public padded
+  width ``w`` (``k + 1``, or less under a public bound on the levels: ``D_min <= ceil(n̂ / 2)``
+  under ``replace``; a bound from the count's noise when :mod:`.release` releases ``n̂``),
+  each cell an integer ``OFFSET + P`` whose bit length is public (:mod:`.bands`);
+* every draw runs ``rounds`` rounds (``PlanOptions.rounds``, 32 by default): the rounds after
+  the first accepted one are run in full and discarded; each round is one block choice, one
+  geometric, one band count and one coin whose random bits have a law that depends on public
+  values only;
+* the block choice has a public number of entries (the blocks, padded with zero weights);
+* the path: a descent of ``bit_length(k)`` exact coins per column.
+
+What is left, all of small probability or small size, in ``docs/timing.md``: a draw that
+needs more than ``rounds`` rounds (probability ``(1 - p)**rounds``, with ``p`` at least the
+plan's ``acceptance_bound``: 0.6 or more on every dataset of the benchmark's panel, so
+``1.2e-13`` at most there; no public lower bound on ``p`` is known for this sampler, whose
+level law can spread over any range of band sizes; the extra rounds, one band count each,
+are what would show), the last block proposed (at most
+``2**-40`` per round; its band may be wider than the padding), a released count further from
+``n`` than its ``2**-40`` bound (wider bands), the block choice needing a second 64-bit word
+(about ``2**-55`` per round), and the arithmetic outside the dynamic programs (one planning
+decision per band count, the rational bounds of the block weights, numpy's sort of the
+breakpoints), whose cost varies a little with the values.
 
 **Accuracy** (Dwork-Roth Thm 3.11): ``P[D(z) >= D_min + 2Δ (ln|R| + t) / ε] <= e**-t``, and
 ``D_min <= n̂ / 2`` when every ``N_i <= n̂`` (round ``k N_i / n̂`` to the nearest integer), so
@@ -75,24 +105,28 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Unpack
+from typing import Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
 
 from beam_dp.mechanisms.cdf.bands import (
     Bands,
-    Tables,
+    padded_width,
     path_from_points,
     points_from_path,
     uniform_multiset,
 )
 from beam_dp.mechanisms.cdf.exact_reals import (
+    BitStream,
     IndexSampler,
+    bernoulli_ratio,
     exp_neg_bounds,
+    geometric,
+    geometric_many,
     one_minus_exp_neg_bounds,
-    truncated_geometric,
 )
 from beam_dp.mechanisms.cdf.params import (
     KSMechanism,
@@ -101,18 +135,23 @@ from beam_dp.mechanisms.cdf.params import (
     check_size,
     mechanism_from,
 )
-from beam_dp.mechanisms.cdf.plan import Block, PlanOptions, plan
+from beam_dp.mechanisms.cdf.plan import (
+    Block,
+    PlanOptions,
+    default_band_counts,
+    plan,
+    plan_span,
+)
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
     "Sampler",
+    "Work",
     "cumulative_counts_from_slots",
     "ks_deviation",
     "ks_pmf_bruteforce",
     "sample_ks_synthetic",
 ]
-
-_CACHED_TABLES = 4
 
 # ---------------------------------------------------------------------------- scores
 
@@ -152,10 +191,37 @@ def cumulative_counts_from_slots(slot_counts: npt.ArrayLike) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------- sampling
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one :class:`Sampler` has done so far (an internal statistic: never released or
+    logged). On neighbouring datasets with the same public parameters every field is equal,
+    except in the event that a draw needs more than ``PlanOptions.rounds`` rounds: each extra
+    round adds to ``rounds``, and its band count to ``band_counts`` and ``cells``.
+
+    Attributes:
+        feasibility_checks: steps of the search for ``D_min``.
+        band_counts: dynamic programs run (planning, one per round, one table per draw).
+        cells: cells those programs processed.
+        tables: band tables built (one per draw).
+        weights: entries of the block-choice distribution (the padded number of blocks).
+        draws: draws made.
+        rounds: rounds run over all draws.
+    """
+
+    feasibility_checks: int
+    band_counts: int
+    cells: int
+    tables: int
+    weights: int
+    draws: int
+    rounds: int
+
+
 class Sampler:
     """A planned sampler for one dataset and one set of parameters (tests draw many).
 
-    ``options`` change the cost, never the law (tests check every setting).
+    ``options`` change the cost, never the law (tests check several settings); every piece of
+    work is fixed by public values (module docstring), which :attr:`work` lets tests check.
     """
 
     def __init__(
@@ -164,64 +230,102 @@ class Sampler:
         mechanism: KSMechanism,
         options: PlanOptions | None = None,
     ):
+        options = options or PlanOptions()
         self.num_points = len(counts)
         self.k = mechanism.k
         self.gamma = mechanism.gamma
         self.scale = mechanism.normaliser(counts)
         self.trivial = self.num_points == 1 or self.scale == 0
-        self.bands = Bands([self.k * n for n in counts[:-1]], max(self.scale, 1), self.k)
+        self.rounds = options.rounds
+        budget = options.band_counts or default_band_counts(self.k)
+        self.span = plan_span(self.num_points - 1, self.k, self.gamma, options.tail_bits)
+        bound = options.deviation_bound
+        if bound is None and mechanism.relation == "replace":
+            bound = (self.scale + 1) // 2  # every N_i <= n = n̂: round k N_i / n̂
+        scale = max(self.scale, 1)
+        width = padded_width(self.k, scale, None if bound is None else bound + self.span)
+        self.bands = Bands([self.k * n for n in counts[:-1]], scale, self.k, width=width)
         self.blocks: list[Block] = []
         self.minimum = 0
         self.band_counts = 0
-        self._tables: dict[int, Tables] = {}
+        self.acceptance_bound = 1.0
+        self.exact = True
+        self._levels: npt.NDArray[Any] = np.zeros(1, dtype=np.int64)
+        self._slots = budget + 1  # blocks: one per counted top, and the last
         self._bounds: dict[int, list[tuple[Fraction, Fraction]]] = {}
+        self._draws = 0
+        self._rounds_run = 0
         if not self.trivial:
-            self.minimum, self.blocks, self.band_counts = plan(
-                self.bands, self.gamma, options or PlanOptions()
-            )
+            planned = plan(self.bands, self.gamma, replace(options, band_counts=budget), self.span)
+            self.minimum, self.blocks = planned.minimum, list(planned.blocks)
+            self._levels = planned.levels
+            self.band_counts = planned.band_counts
+            self.acceptance_bound = planned.acceptance_bound
+            self.exact = planned.exact
         self._chooser = IndexSampler(self._weight_bounds)
+
+    @property
+    def work(self) -> Work:
+        """The work done so far (see :class:`Work`)."""
+        counters = self.bands.counters
+        return Work(
+            feasibility_checks=counters.feasibility_checks,
+            band_counts=counters.band_counts,
+            cells=counters.cells,
+            tables=counters.tables,
+            weights=self._slots if not self.trivial else 0,
+            draws=self._draws,
+            rounds=self._rounds_run,
+        )
 
     def _weight_bounds(self, bits: int) -> list[tuple[Fraction, Fraction]]:
         if bits not in self._bounds:
             out = []
-            for block in self.blocks:
+            # Padded to the public number of slots: blocks that were never made (every block
+            # was already exact) weigh 0 and cost the same bounds as the last block.
+            for slot in range(self._slots):
+                block = self.blocks[min(slot, len(self.blocks) - 1)]
                 low, high = exp_neg_bounds(self.gamma * (block.start - self.minimum), bits + 4)
                 if block.end is not None:
                     f_low, f_high = one_minus_exp_neg_bounds(
                         self.gamma * (block.end - block.start), bits + 4
                     )
                     low, high = low * f_low, high * f_high
-                out.append((block.count * low, block.count * high))
+                size = block.count if slot < len(self.blocks) else 0
+                out.append((size * low, size * high))
             self._bounds[bits] = out
         return self._bounds[bits]
 
-    def _uniform_path(self, block: Block, source: RandomSource) -> list[int]:
-        if block.everything:
-            points = uniform_multiset(self.num_points, self.k, source)
-            return path_from_points(points, self.num_points)
-        if block.level not in self._tables:
-            if len(self._tables) >= _CACHED_TABLES:
-                self._tables.clear()
-            self._tables[block.level] = self.bands.tables(block.level)
-        return self.bands.uniform_path(self._tables[block.level], source)
-
     def draw(self, source: RandomSource) -> list[int]:
-        """One exact draw of the path (``C_0..C_{m-1}``)."""
+        """One exact draw of the path (``C_0..C_{m-1}``), after at least ``rounds`` rounds."""
+        self._draws += 1
         if self.trivial:  # every candidate has the same score
             points = uniform_multiset(self.num_points, self.k, source)
             return path_from_points(points, self.num_points)
-        while True:
-            block = self.blocks[self._chooser.sample(source)]
-            path = self._uniform_path(block, source)
-            # Accept iff s >= D(path), s = start + G, G the truncated geometric offset. When
-            # D <= start every s qualifies; only otherwise is G drawn (it is independent of the
-            # path, so drawing it after the path, or not at all, leaves the law unchanged).
-            excess = self.bands.deviation(path) - block.start
-            if excess <= 0:
-                return path
-            width = None if block.end is None else block.end - block.start
-            if truncated_geometric(self.gamma, width, source) >= excess:
-                return path
+        bits = BitStream(source)
+        accepted: int | None = None
+        done = 0
+        offsets = geometric_many(self.gamma, self.rounds, source)
+        choices = self._chooser.sample_many(self.rounds, source)
+        while done < self.rounds or accepted is None:
+            chosen = choices[done] if done < len(choices) else self._chooser.sample(source)
+            block = self.blocks[chosen]
+            # s = start + G, G ∝ e**(-γ g) on the block's width (a geometric modulo the width,
+            # see truncated_geometric); the band of s is that of the largest breakpoint <= s
+            # (A changes only at breakpoints).
+            offset = offsets[done] if done < len(offsets) else geometric(self.gamma, source)
+            if block.end is not None:
+                offset %= block.end - block.start
+            level = block.start + offset
+            snapped = int(self._levels[np.searchsorted(self._levels, level, side="right") - 1])
+            # Accept with probability A(s) / Ā: a uniform path of the envelope's band lies in
+            # the band of s with exactly that probability.
+            inside = self.bands.count(snapped)
+            if bernoulli_ratio(inside, block.count, bits) and accepted is None:
+                accepted = snapped
+            done += 1
+        self._rounds_run += done
+        return self.bands.uniform_path(self.bands.tables(accepted), bits)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -259,7 +363,9 @@ def sample_ks_synthetic(
         exponential mechanism ``P(z) ∝ exp(-ε D(z) / (2 c k))`` over the ``C(m + k - 1, k)``
         multisets, with ``D`` of :func:`ks_deviation` (sensitivity ``c k``), sampled exactly
         (module docstring). Under ``add_remove`` the normaliser is taken as public: if it is
-        a release, its epsilon adds up. Only the points are released.
+        a release, its epsilon adds up. Only the points are released; the work done (and so
+        the running time) is fixed by public values except on the rare events listed in the
+        module docstring.
 
     Raises:
         ValueError, TypeError: a parameter breaks its rule (named in the message); the

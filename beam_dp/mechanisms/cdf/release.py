@@ -56,6 +56,7 @@ from beam_dp.mechanisms.cdf.params import (
     check_size,
     mechanism_from,
 )
+from beam_dp.mechanisms.cdf.plan import PlanOptions
 from beam_dp.mechanisms.partition_selection import discrete_laplace
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
@@ -63,6 +64,10 @@ __all__ = ["DEFAULT_COUNT_SHARE", "KSRelease", "release_count", "release_ks_cdf"
 
 #: The share of epsilon spent on the count under ``add_remove`` without a public ``n``.
 DEFAULT_COUNT_SHARE = Fraction(1, 10)
+
+#: The chance that the released count is further from ``n`` than the bound that sizes the
+#: sampler's columns (then its work grows, revealing that the noise was this large).
+_WIDTH_FAILURE = 2.0**-40
 
 
 @dataclass(frozen=True)
@@ -273,7 +278,16 @@ def release_ks_cdf(
             max_k=cap,
         )
     mechanism = mechanism_from(wanted)  # type: ignore[arg-type]
-    path = Sampler(counts, mechanism).draw(source)
+    options = PlanOptions()
+    if noisy:
+        # D_min <= max(n̂ / 2, k (n - n̂)) and n - n̂ <= |Z| <= the count's error bound at
+        # failure probability 2**-40 (a property of the noise alone): a public bound that
+        # sizes the sampler's padded columns (ks.py: its work is fixed by public values).
+        margin = count_error_bound(
+            count_epsilon, failure_probability=_WIDTH_FAILURE, max_contributions=c
+        )
+        options = PlanOptions(deviation_bound=max((n_hat + 1) // 2, mechanism.k * margin))
+    path = Sampler(counts, mechanism, options).draw(source)
     bound = ks_accuracy_bound(
         len(counts),
         mechanism.k,
