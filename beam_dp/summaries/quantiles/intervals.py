@@ -16,20 +16,23 @@ range: ``#(X < x) <= alpha N <= #(X <= x)`` (the package's definition, see
 
 The method: a private bracket in ranks (``method = "rank_bracket"``)
 --------------------------------------------------------------------
-Each end is one exact selection among the *cells* of the grid, aimed ``s`` ranks beyond the
+Each end is one exact selection among the grid's points, aimed ``s`` ranks beyond the
 quantile: the lower end at the rank ``T = alpha N - s``, the upper end at ``T = alpha N + s``.
-The cells are ``[p_j, p_{j+1}]`` for the grid points with the clamping bounds added when the
-grid does not reach them (:func:`cell_ranks`); cell ``j`` holds the ranks
-``[low_j, high_j] = [#(X < p_j), #(X <= p_{j+1})]``, except that the first cell's range starts
-at minus infinity and the last one's ends at plus infinity. Its score is minus the distance from
+A candidate ``p`` for the lower end stands for the values from ``p`` up to the next candidate
+``p'`` (excluded), its rank range ``[low, high] = [#(X < p), #(X < p')]``; a candidate for the
+upper end for the values after the previous candidate ``p'`` up to ``p`` (included),
+``[#(X <= p'), #(X <= p)]``. The lower end's candidates are the grid points, with ``lower``
+before them when the grid does not reach it; the upper end's are the grid points, with
+``upper`` after them (:func:`end_candidates`). The first range is open below and the last one
+open above, so that the ranges tile the line. A candidate's score is minus the distance from
 ``T`` to its range::
 
-    q_j = -dist(T, [low_j, high_j]) = -max(0, low_j - T, T - high_j)
+    q = -dist(T, [low, high]) = -max(0, low - T, T - high)
 
-and the lower end of the interval is the lower end ``p_j`` of the chosen cell (the upper end of
-the interval: the chosen cell's upper end ``p_{j+1}``). The shift ``s`` is public: the smallest
-integer with ``c (n - 1) exp(-epsilon_e s / (2 Delta)) <= beta_e`` for ``n`` cells, the
-selection's ``epsilon_e`` and sensitivity ``Delta``, its share ``beta_e`` of
+and the chosen candidate is the end. (Values tied at ``p`` fall in one range per end, so an
+end that falls inside a block of ties is the tied value itself.) The shift ``s`` is public: the
+smallest integer with ``c (n - 1) exp(-epsilon_e s / (2 Delta)) <= beta_e`` for ``n``
+candidates, the selection's ``epsilon_e`` and sensitivity ``Delta``, its share ``beta_e`` of
 ``1 - confidence``, and ``c = 1/2`` for permute-and-flip, 1 for the exponential mechanism
 (:func:`rank_shift`).
 
@@ -37,14 +40,14 @@ Privacy
 -------
 *Sensitivity.* Under add/remove one privacy unit adds or removes at most ``k`` values
 (``max_contributions``) per partition: ``N`` moves by ``w <= k``, ``T`` by ``alpha w``, and every
-``low_j`` and ``high_j`` by between 0 and ``w`` in the same direction. So ``low_j - T`` and
-``T - high_j`` each move by at most ``max(alpha, 1 - alpha) k``, and so does their maximum with
-0 (a 1-Lipschitz function of them): ``Delta = max(alpha, 1 - alpha) k``. Under replace ``N``
-and ``T`` are fixed and the ranks move by at most ``k``: ``Delta = k``. Both are multiplied by
-``max_partitions`` when a unit reaches several keys (as every quantile selection is). The
-integer scores are ``b`` times ``q_j`` for ``alpha = a / b`` (``T b = a N -+ b s``), with
-``b Delta`` as their sensitivity (:func:`endpoint_sensitivity`; tested by brute force on
-neighbours under both relations).
+``low`` and ``high`` (counts of values below a point) by between 0 and ``w`` in the same direction.
+So ``low - T`` and ``T - high`` each move by at most ``max(alpha, 1 - alpha) k``, and so does their
+maximum with 0 (a 1-Lipschitz function of them): ``Delta = max(alpha, 1 - alpha) k``. Under replace
+``N`` and ``T`` are fixed and the ranks move by at most ``k``: ``Delta = k``. Both are multiplied
+by ``max_partitions`` when a unit reaches several keys (as every quantile selection is). The
+integer scores are ``b`` times ``q`` for ``alpha = a / b`` (``T b = a N -+ b s``), with
+``b Delta`` as their sensitivity (:func:`endpoint_sensitivity`; tested by brute force on neighbours
+under both relations).
 
 *Composition.* ``m`` distinct quantiles make ``2 m`` selections, each
 ``epsilon / (2 m)``-DP (permute-and-flip or the exponential mechanism on non-monotone scores,
@@ -66,8 +69,9 @@ Why not the release's own rank bound: a quantile release reports a rank-error bo
 *beyond the best grid point* (plus, in the recursive and joint splits, a share of the values
 tied at a cut): the distance of the release from ``alpha N`` is at most ``l`` plus a
 data-dependent grid term that is never released. An interval built around ``v`` from ``l``
-would miss that term, and where it can be bounded (one quantile) such an interval is ``l``
-ranks wider on each side than the bracket, which never needs ``v`` to be accurate.
+would miss that term; where the term can be bounded (one quantile), such an interval still
+needs ``l`` plus its own selection's margin on each side, ``l`` ranks more than the bracket
+for the median. The bracket never needs ``v`` to be accurate.
 
 Coverage
 --------
@@ -76,21 +80,21 @@ alpha at once, ``lo <= x_(ceil(alpha N))`` and ``hi >= x_(floor(alpha N) + 1)``,
 ``Q_alpha`` lies inside ``[lo, hi]``.
 
 **Proof.** Take the lower end of one alpha. It is *bad* when ``lo > x_(ceil(alpha N))``: then
-``#(X < lo) >= ceil(alpha N) >= alpha N``, so the chosen cell's ``low_j >= alpha N`` and its
-distance to ``T = alpha N - s`` is at least ``s``; the first cell (its lower end is ``lower``,
-at or below every value) is never bad. The best score is 0: consecutive ranges overlap
-(``high_j = #(X <= p_{j+1}) >= #(X < p_{j+1}) = low_{j+1}``) and run from minus to plus
-infinity, so one of them holds ``T``. Permute-and-flip outputs a candidate with probability at
-most half its coin's, ``exp(-epsilon_e (0 - q_j) / (2 Delta)) / 2`` (the output is a uniform
-choice among the coins that come up, and the best cell's always does), and the exponential
-mechanism with probability at most the coin's (its normaliser is at least the best weight, 1);
-so ``P(bad) <= c (n - 1) exp(-epsilon_e s / (2 Delta)) <= beta_e`` (``c = 1/2`` or 1). The
-upper end is symmetric (bad: ``hi < x_(floor(alpha N) + 1)``, so ``#(X <= hi) <= floor(alpha
-N) <= alpha N`` and the distance to ``alpha N + s`` is at least ``s``; the last cell's upper
-end ``upper`` is never bad). A union bound over the ``2 m`` ends, each at ``beta_e = (1 -
-confidence) / (2 m)``, gives the claim for the raw ends, and the post-processing above keeps
-it. For ``N = 0`` there is no quantile and nothing to cover; the selections still run (their
-outputs are then near ``[lower, upper]``), and no error reveals the data's size.
+``#(X < lo) >= ceil(alpha N) >= alpha N``, so its range starts at or above ``alpha N`` and its
+distance to ``T = alpha N - s`` is at least ``s``; the first candidate (``lower``, or the first
+grid point when that is ``lower``) is at or below every value and never bad. The best score is 0:
+consecutive ranges share their ends and run from minus to plus infinity, so one of them holds
+``T``. Permute-and-flip outputs a candidate with probability at most half its coin's,
+``exp(-epsilon_e (0 - q) / (2 Delta)) / 2`` (the output is a uniform choice among the coins that
+come up, and the best candidate's always does), and the exponential mechanism with probability at
+most the coin's (its normaliser is at least the best weight, 1); so
+``P(bad) <= c (n - 1) exp(-epsilon_e s / (2 Delta)) <= beta_e`` (``c = 1/2`` or 1). The upper end
+is symmetric (bad: ``hi < x_(floor(alpha N) + 1)``, so ``#(X <= hi) <= floor(alpha N) <= alpha N``:
+its range ends at or below ``alpha N``, at least ``s`` from ``alpha N + s``; the last candidate,
+``upper``, is never bad). A union bound over the ``2 m`` ends, each at
+``beta_e = (1 - confidence) / (2 m)``, gives the claim for the raw ends, and the post-processing
+above keeps it. For ``N = 0`` there is no quantile and nothing to cover; the selections still run
+(their outputs are then near ``[lower, upper]``), and no error reveals the data's size.
 
 The bound is worst-case over the data (a data set whose values leave an empty stretch of the
 grid just beyond the quantile needs the ``ln(n - 1)``); on most data the coverage is close to 1
@@ -129,8 +133,8 @@ __all__ = [
     "IntervalPlan",
     "IntervalRelease",
     "QuantileInterval",
-    "cell_ranks",
-    "count_cells",
+    "count_candidates",
+    "end_candidates",
     "endpoint_scores",
     "endpoint_sensitivity",
     "intervals_for_plan",
@@ -149,10 +153,10 @@ Side = Literal["lower", "upper"]
 INTERVAL_METHOD = "rank_bracket"
 
 #: The share of a quantile release's epsilon that its interval is given when a caller asks for
-#: intervals without naming a share: one third (the release keeps two thirds). Measured against
-#: PostRI at equal total epsilon (benchmarks/quantile_intervals.py; RESULTS.md, "Quantile
-#: intervals"): narrower intervals and a more accurate median than PostRI's even split.
-DEFAULT_INTERVAL_FRACTION = Fraction(1, 3)
+#: intervals without naming a share: half (PostRI's default split). Measured against PostRI at
+#: equal total epsilon and coverage (benchmarks/quantile_intervals.py; RESULTS.md, "Quantile
+#: intervals"): the interval about half as wide, the median as accurate (the same epsilon).
+DEFAULT_INTERVAL_FRACTION = Fraction(1, 2)
 
 
 # ----------------------------------------------------------------------------- public facts
@@ -173,7 +177,7 @@ class IntervalPlan:
         method: the selection method.
         max_contributions: values per privacy unit ``k``.
         max_partitions: keys one unit may reach.
-        num_cells: candidates of each selection (the grid's cells, bounds added).
+        num_candidates: candidates of each selection (the grid's points, a bound added).
         selection_epsilon: epsilon of one end's selection, ``epsilon / (2 m)``.
         sensitivities: each distinct quantile's ``Delta``, in value counts.
         shifts: each distinct quantile's rank shift ``s`` (an integer number of values).
@@ -187,7 +191,7 @@ class IntervalPlan:
     method: Method
     max_contributions: int
     max_partitions: int
-    num_cells: int
+    num_candidates: int
     selection_epsilon: Fraction
     sensitivities: tuple[Fraction, ...]
     shifts: tuple[int, ...]
@@ -209,14 +213,14 @@ class QuantileInterval:
 
     Attributes:
         alpha: the quantile.
-        value: the released value the interval was widened to contain.
+        value: the released value the interval was widened to contain (None: no point).
         lower, upper: the interval ``[lower, upper]``.
         rank_shift: how many values beyond the quantile each end aimed (public).
         sensitivity: ``Delta`` of each end's selection, in value counts.
     """
 
     alpha: Fraction
-    value: float
+    value: float | None
     lower: float
     upper: float
     rank_shift: int
@@ -239,7 +243,7 @@ class IntervalRelease:
         method: :data:`INTERVAL_METHOD`.
         relation, selection_method: as in the plan.
         rounds: selections composed (two per distinct quantile).
-        num_cells: candidates of each selection.
+        num_candidates: candidates of each selection.
         secure: whether the randomness came from the OS CSPRNG.
     """
 
@@ -250,7 +254,7 @@ class IntervalRelease:
     relation: Relation
     selection_method: Method
     rounds: int
-    num_cells: int
+    num_candidates: int
     secure: bool
 
     @property
@@ -276,7 +280,7 @@ def endpoint_sensitivity(alpha: Fraction, relation: Relation, k: int | Fraction)
 
 
 def rank_shift(
-    num_cells: int,
+    num_candidates: int,
     epsilon: Fraction,
     sensitivity: Fraction,
     failure_probability: float,
@@ -284,18 +288,18 @@ def rank_shift(
 ) -> int:
     """The smallest integer ``s`` with ``w exp(-epsilon s / (2 Delta)) <= beta``.
 
-    ``w`` bounds the total probability weight of the cells that can be bad for an end: the
-    ``n - 1`` cells other than the one at the bound, times 1/2 for permute-and-flip, where a bad
-    cell is output with probability at most half its coin's (the best cell's coin always comes
-    up, so a bad cell that comes up shares the first place with at least one other). With one
-    cell nothing can be bad and ``s = 0``. Computed in floats, rounded up with a margin, so
-    that ``s`` is never below the exact value.
+    ``w`` bounds the total probability weight of the candidates that can be bad for an end: the
+    ``n - 1`` candidates other than the one at the bound, times 1/2 for permute-and-flip, where a
+    bad candidate is output with probability at most half its coin's (the best candidate's coin
+    always comes up, so a bad one that comes up shares the first place with at least one other).
+    With one candidate nothing can be bad and ``s = 0``. Computed in floats, rounded up with a
+    margin, so that ``s`` is never below the exact value.
     """
-    check_positive_int(num_cells, "num_cells")
+    check_positive_int(num_candidates, "num_candidates")
     check_probability_open(failure_probability, "failure_probability")
-    if num_cells == 1:
+    if num_candidates == 1:
         return 0
-    weight = (int(num_cells) - 1) * (0.5 if method == "permute_and_flip" else 1.0)
+    weight = (int(num_candidates) - 1) * (0.5 if method == "permute_and_flip" else 1.0)
     exact = (
         2.0
         * float(sensitivity)
@@ -305,62 +309,59 @@ def rank_shift(
     return max(0, math.ceil(exact * (1.0 + 1e-12) + 1e-9))
 
 
-def cell_ranks(
-    counts: npt.ArrayLike, grid: Grid
-) -> tuple[FloatArray, FloatArray, IntArray, IntArray, int]:
-    """The cells an end chooses among: ``(starts, ends, low, high, N)``.
+def end_candidates(
+    counts: npt.ArrayLike, grid: Grid, side: Side
+) -> tuple[FloatArray, IntArray, IntArray, int]:
+    """The candidates of one end and their rank ranges: ``(values, low, high, N)``.
 
-    Cell ``j`` is ``[starts[j], ends[j]]``: consecutive points of the grid with ``lower`` put
-    before it and ``upper`` after it when the grid does not reach them (values between a bound
-    and the grid are counted in the histogram's underflow and overflow slots). ``low[j]`` is
-    ``#(X < starts[j])`` and ``high[j]`` is ``#(X <= ends[j])``; the first ``low`` and the last
-    ``high`` are placeholders (the ranges are open there: see the module docstring).
+    Lower end: the grid points, with ``lower`` first when the grid starts above it;
+    ``low[i] = #(X < values[i])`` and ``high[i] = low[i + 1]``. Upper end: the grid points,
+    with ``upper`` last when the grid ends below it; ``high[i] = #(X <= values[i])`` and
+    ``low[i] = high[i - 1]``. The first ``low`` and the last ``high`` are placeholders (the
+    ranges are open there: see the module docstring); every other entry is a count read from
+    the histogram (a value between a bound and the grid is in the underflow or overflow slot).
 
     Args:
         counts: the ``2d + 1`` slot counts of a histogram over ``grid``.
         grid: the grid.
+        side: ``"lower"`` or ``"upper"``.
     """
     array = np.asarray(counts, dtype=np.int64)
     less, greater = less_greater(array)
     total = int(array.sum())
-    at_most: IntArray = total - greater
-    points = grid.points
-    starts = points[:-1]
-    ends = points[1:]
-    low: IntArray = less[:-1].copy()
-    high: IntArray = at_most[1:].copy()
-    if grid.lower < float(points[0]):
-        starts = np.concatenate([[grid.lower], starts])
-        ends = np.concatenate([[float(points[0])], ends])
-        low = np.concatenate([np.zeros(1, dtype=np.int64), low])
-        high = np.concatenate([at_most[:1], high])
-    if grid.upper > float(points[-1]):
-        starts = np.concatenate([starts, [float(points[-1])]])
-        ends = np.concatenate([ends, [grid.upper]])
-        low = np.concatenate([low, less[-1:]])
-        high = np.concatenate([high, np.array([total], dtype=np.int64)])
-    return (
-        np.asarray(starts, dtype=np.float64),
-        np.asarray(ends, dtype=np.float64),
-        low,
-        high,
-        total,
-    )
+    points = np.asarray(grid.points, dtype=np.float64)
+    zero = np.zeros(1, dtype=np.int64)
+    if side == "lower":
+        values, ranks = points, less
+        if grid.lower < float(points[0]):
+            values = np.concatenate([[grid.lower], points])
+            ranks = np.concatenate([zero, less])
+        low: IntArray = ranks.copy()
+        high: IntArray = np.concatenate([ranks[1:], zero])
+    else:
+        at_most: IntArray = total - greater
+        values, ranks = points, at_most
+        if grid.upper > float(points[-1]):
+            values = np.concatenate([points, [grid.upper]])
+            ranks = np.concatenate([at_most, np.array([total], dtype=np.int64)])
+        high = ranks.copy()
+        low = np.concatenate([zero, ranks[:-1]])
+    return np.asarray(values, dtype=np.float64), low, high, total
 
 
-def count_cells(grid: Grid) -> int:
-    """How many cells :func:`cell_ranks` makes of ``grid`` (public: from the grid alone)."""
-    extra = int(grid.lower < float(grid.points[0])) + int(grid.upper > float(grid.points[-1]))
-    return grid.num_points - 1 + extra
+def count_candidates(grid: Grid) -> int:
+    """The candidates of the end that has more of them (public: from the grid alone)."""
+    extra = max(int(grid.lower < float(grid.points[0])), int(grid.upper > float(grid.points[-1])))
+    return grid.num_points + extra
 
 
 def endpoint_scores(
     low: IntArray, high: IntArray, total: int, alpha: Fraction, shift: int, side: Side
 ) -> tuple[IntArray, int]:
-    """Integer scores ``-b dist(T, [low_j, high_j])`` of every cell for one end, and ``b``.
+    """Integer scores ``-b dist(T, [low, high])`` of every candidate of one end, and ``b``.
 
     ``T = alpha N - shift`` for the lower end and ``alpha N + shift`` for the upper end, with
-    ``alpha = a / b``; the first cell's range is open below and the last one's open above.
+    ``alpha = a / b``; the first candidate's range is open below and the last one's above.
     """
     a, b = alpha.numerator, alpha.denominator
     check_fits_int64(2 * b * (max(total, 0) + int(shift) + 1), "quantile interval scores")
@@ -407,10 +408,10 @@ def plan_intervals(
     per = base.epsilon / (2 * m)
     beta = (1.0 - float(confidence)) / (2 * m)
     check_probability_open(beta, "confidence")
-    cells = count_cells(grid)
+    candidates = count_candidates(grid)
     k = base.max_contributions * int(max_partitions)
     sensitivities = tuple(endpoint_sensitivity(a, base.relation, k) for a in base.distinct)
-    shifts = tuple(rank_shift(cells, per, delta, beta, base.method) for delta in sensitivities)
+    shifts = tuple(rank_shift(candidates, per, delta, beta, base.method) for delta in sensitivities)
     return IntervalPlan(
         quantiles=base.quantiles,
         distinct=base.distinct,
@@ -420,7 +421,7 @@ def plan_intervals(
         method=base.method,
         max_contributions=base.max_contributions,
         max_partitions=int(max_partitions),
-        num_cells=cells,
+        num_candidates=candidates,
         selection_epsilon=per,
         sensitivities=sensitivities,
         shifts=shifts,
@@ -451,7 +452,11 @@ def intervals_for_plan(
 # ----------------------------------------------------------------------------- selection
 
 
-def _check_values(values: Sequence[float], plan: IntervalPlan, grid: Grid) -> tuple[float, ...]:
+def _check_values(
+    values: Sequence[float] | None, plan: IntervalPlan, grid: Grid
+) -> tuple[float | None, ...]:
+    if values is None:
+        return (None,) * len(plan.quantiles)
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError("'values' must be a sequence of released values")
     items: list[float] = []
@@ -491,7 +496,7 @@ def select_intervals(
     histogram: HistogramLike,
     grid: Grid,
     plan: IntervalPlan,
-    values: Sequence[float],
+    values: Sequence[float] | None,
     *,
     rng: RngLike = None,
 ) -> IntervalRelease:
@@ -502,7 +507,9 @@ def select_intervals(
             was computed from (or its dense slot counts).
         grid: its grid (the one :func:`plan_intervals` was given).
         plan: from :func:`plan_intervals` or :func:`intervals_for_plan`.
-        values: the released values, one per requested quantile (public: already released).
+        values: the released values, one per requested quantile (public: already released);
+            each interval is widened to hold its value. ``None`` for intervals released
+            without a point.
         rng: ``None`` for the OS CSPRNG (production); a seeded source only in tests.
 
     Returns:
@@ -513,25 +520,26 @@ def select_intervals(
         selections at ``epsilon / (2 m)``; the rest is post-processing. Only grid points and
         the clamping bounds are released.
     """
-    if count_cells(grid) != plan.num_cells:
+    if count_candidates(grid) != plan.num_candidates:
         raise ValueError(
-            f"the grid makes {count_cells(grid)} cells; the interval plan was made for "
-            f"{plan.num_cells}"
+            f"the grid gives {count_candidates(grid)} candidates; the interval plan was made "
+            f"for {plan.num_candidates}"
         )
     released = _check_values(values, plan, grid)
     counts = dense_counts(histogram, grid)
     source = as_random_source(rng)
-    starts, ends, low, high, total = cell_ranks(counts, grid)
+    lower_values, lower_low, lower_high, total = end_candidates(counts, grid, "lower")
+    upper_values, upper_low, upper_high, _ = end_candidates(counts, grid, "upper")
     lowers: list[float] = []
     uppers: list[float] = []
     for alpha, delta, shift in zip(plan.distinct, plan.sensitivities, plan.shifts, strict=True):
-        below, common = endpoint_scores(low, high, total, alpha, shift, "lower")
-        above, _ = endpoint_scores(low, high, total, alpha, shift, "upper")
+        below, common = endpoint_scores(lower_low, lower_high, total, alpha, shift, "lower")
+        above, _ = endpoint_scores(upper_low, upper_high, total, alpha, shift, "upper")
         sensitivity = delta * common
         i = private_choice(below, plan.selection_epsilon, sensitivity, plan.method, source)
         j = private_choice(above, plan.selection_epsilon, sensitivity, plan.method, source)
-        lowers.append(float(starts[i]))
-        uppers.append(float(ends[j]))
+        lowers.append(float(lower_values[i]))
+        uppers.append(float(upper_values[j]))
     tight_lowers, tight_uppers = tighten(lowers, uppers)
     position = {q: i for i, q in enumerate(plan.distinct)}
     intervals = []
@@ -541,8 +549,8 @@ def select_intervals(
             QuantileInterval(
                 alpha=alpha,
                 value=value,
-                lower=min(tight_lowers[i], value),
-                upper=max(tight_uppers[i], value),
+                lower=tight_lowers[i] if value is None else min(tight_lowers[i], value),
+                upper=tight_uppers[i] if value is None else max(tight_uppers[i], value),
                 rank_shift=plan.shifts[i],
                 sensitivity=plan.sensitivities[i],
             )
@@ -555,7 +563,7 @@ def select_intervals(
         relation=plan.relation,
         selection_method=plan.method,
         rounds=plan.rounds,
-        num_cells=plan.num_cells,
+        num_candidates=plan.num_candidates,
         secure=source.secure,
     )
 

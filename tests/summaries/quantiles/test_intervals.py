@@ -18,8 +18,8 @@ from beam_dp.summaries.histogram import Grid
 from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
 from beam_dp.summaries.quantiles.intervals import (
     INTERVAL_METHOD,
-    cell_ranks,
-    count_cells,
+    count_candidates,
+    end_candidates,
     endpoint_scores,
     endpoint_sensitivity,
     intervals_for_plan,
@@ -45,33 +45,43 @@ def _seeded(seed: int) -> InsecureSeededRandom:
         return InsecureSeededRandom(seed)
 
 
-def _brute_ranks(values: np.ndarray, grid: Grid) -> tuple[np.ndarray, ...]:
+def _brute_ranks(values: np.ndarray, grid: Grid, side: str) -> tuple[np.ndarray, ...]:
+    """Each end's candidates and rank ranges, counted from the values (module docstring)."""
     data = np.clip(values, grid.lower, grid.upper)
-    points = [grid.lower, *grid.points.tolist(), grid.upper]
-    points = sorted(set(points))
-    starts, ends = np.array(points[:-1]), np.array(points[1:])
-    low = np.array([np.sum(data < p) for p in starts])
-    high = np.array([np.sum(data <= p) for p in ends])
-    return starts, ends, low, high
+    points = grid.points.tolist()
+    if side == "lower":
+        candidates = sorted({grid.lower, *points})
+        low = np.array([np.sum(data < p) for p in candidates])
+        high = np.append(low[1:], 0)
+    else:
+        candidates = sorted({*points, grid.upper})
+        high = np.array([np.sum(data <= p) for p in candidates])
+        low = np.insert(high[:-1], 0, 0)
+    return np.array(candidates), low, high
+
+
+def _scores(values: np.ndarray, grid: Grid, alpha: Fraction, shift: int, side: str) -> np.ndarray:
+    _, low, high, total = end_candidates(grid.histogram(values).counts(), grid, side)  # type: ignore[arg-type]
+    return endpoint_scores(low, high, total, alpha, shift, side)[0]  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- the scores
 
 
+@pytest.mark.parametrize("side", ["lower", "upper"])
 @pytest.mark.parametrize("name", sorted(GRIDS))
-def test_cells_and_their_ranks_match_counting_the_values(name: str) -> None:
+def test_candidates_and_their_ranks_match_counting_the_values(name: str, side: str) -> None:
     grid = GRIDS[name]
     rng = np.random.default_rng(4)
     values = np.concatenate([rng.uniform(-3, 13, 40), grid.points[[0, 2, 2, 3]]])
-    starts, ends, low, high, total = cell_ranks(grid.histogram(values).counts(), grid)
-    expected = _brute_ranks(values, grid)
+    candidates, low, high, total = end_candidates(grid.histogram(values).counts(), grid, side)  # type: ignore[arg-type]
+    expected = _brute_ranks(values, grid, side)
     assert total == values.size
-    assert count_cells(grid) == starts.size
-    np.testing.assert_array_equal(starts, expected[0])
-    np.testing.assert_array_equal(ends, expected[1])
+    assert grid.num_points <= candidates.size <= count_candidates(grid)
+    np.testing.assert_array_equal(candidates, expected[0])
     # The first low and the last high are placeholders (open ranges); the rest are counts.
-    np.testing.assert_array_equal(low[1:], expected[2][1:])
-    np.testing.assert_array_equal(high[:-1], expected[3][:-1])
+    np.testing.assert_array_equal(low[1:], expected[1][1:])
+    np.testing.assert_array_equal(high[:-1], expected[2][:-1])
 
 
 def _distance(target: float, low: float, high: float) -> float:
@@ -80,12 +90,12 @@ def _distance(target: float, low: float, high: float) -> float:
 
 @pytest.mark.parametrize("side", ["lower", "upper"])
 @pytest.mark.parametrize("alpha", [Fraction(1, 2), Fraction(1, 3), Fraction(9, 10)])
-def test_endpoint_scores_are_the_distance_to_each_cells_rank_range(
+def test_endpoint_scores_are_the_distance_to_each_candidates_rank_range(
     side: str, alpha: Fraction
 ) -> None:
     grid = GRIDS["explicit"]
     values = np.random.default_rng(5).uniform(-2, 12, 30)
-    _, _, low, high, total = cell_ranks(grid.histogram(values).counts(), grid)
+    _, low, high, total = end_candidates(grid.histogram(values).counts(), grid, side)  # type: ignore[arg-type]
     shift = 4
     scores, common = endpoint_scores(low, high, total, alpha, shift, side)  # type: ignore[arg-type]
     assert common == alpha.denominator
@@ -94,7 +104,7 @@ def test_endpoint_scores_are_the_distance_to_each_cells_rank_range(
     highs = [*high[:-1].tolist(), math.inf]
     expected = [-_distance(target, a, b) for a, b in zip(lows, highs, strict=True)]
     np.testing.assert_allclose(scores / common, expected, atol=1e-9)
-    assert scores.max() == 0  # some cell's range always holds the target
+    assert scores.max() == 0  # some candidate's range always holds the target
 
 
 # ----------------------------------------------------------------------------- sensitivity
@@ -129,10 +139,7 @@ def test_endpoint_scores_move_by_at_most_their_sensitivity(
     pool = [*grid.points.tolist(), grid.lower, grid.upper, -5.0, 0.3, 4.4, 9.5, 15.0]
     x, y = _neighbours(data, relation, k, pool)
     bound = endpoint_sensitivity(alpha, relation, k) * alpha.denominator  # type: ignore[arg-type]
-    scores = [
-        endpoint_scores(*cell_ranks(grid.histogram(v).counts(), grid)[2:], alpha, shift, side)[0]  # type: ignore[arg-type]
-        for v in (x, y)
-    ]
+    scores = [_scores(v, grid, alpha, shift, side) for v in (x, y)]
     assert int(np.abs(scores[0] - scores[1]).max()) <= bound
 
 
@@ -150,12 +157,7 @@ def test_the_sensitivity_is_reached(relation: str) -> None:
         other = rng.choice(grid.points, size=k)
         y = base if relation == "add_remove" else np.concatenate([base, other])
         for side in ("lower", "upper"):
-            s = [
-                endpoint_scores(*cell_ranks(grid.histogram(v).counts(), grid)[2:], alpha, 3, side)[
-                    0
-                ]  # type: ignore[arg-type]
-                for v in (np.concatenate([base, unit]), y)
-            ]
+            s = [_scores(v, grid, alpha, 3, side) for v in (np.concatenate([base, unit]), y)]
             worst = max(worst, int(np.abs(s[0] - s[1]).max()))
     assert worst == bound
 
@@ -164,11 +166,11 @@ def test_the_sensitivity_is_reached(relation: str) -> None:
 
 
 def _end_probabilities(values: np.ndarray, grid: Grid, plan, alpha_index: int) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    """The exact law of both ends' cell choices (float pmfs of the exact samplers)."""
-    _, _, low, high, total = cell_ranks(grid.histogram(values).counts(), grid)
+    """The exact law of both ends' choices (float pmfs of the exact samplers)."""
     alpha = plan.distinct[alpha_index]
     laws = []
     for side in ("lower", "upper"):
+        _, low, high, total = end_candidates(grid.histogram(values).counts(), grid, side)
         scores, common = endpoint_scores(low, high, total, alpha, plan.shifts[alpha_index], side)
         laws.append(
             selection_probabilities(
@@ -215,7 +217,7 @@ def test_the_intervals_cost_at_most_their_epsilon(relation: str, method: str) ->
 
 def _gap_data(total: int, alpha: Fraction) -> np.ndarray:
     """The worst case: the values up to the quantile at 0, the rest at the top of the grid,
-    so that every cell in between has the quantile's rank (nearly ``s`` from the target)."""
+    so that every point in between has the quantile's rank (about ``s`` from the target)."""
     below = math.ceil(alpha * total)
     return np.array([0.0] * below + [199.0] * (total - below))
 
@@ -235,15 +237,15 @@ def test_an_end_fails_with_at_most_its_share_of_the_failure_probability(
     )
     values = _gap_data(101, alpha)
     quantile = float(np.sort(values)[math.ceil(alpha * values.size) - 1])
-    starts = cell_ranks(grid.histogram(values).counts(), grid)[0]
+    candidates = end_candidates(grid.histogram(values).counts(), grid, "lower")[0]
     lower_law, _ = _end_probabilities(values, grid, plan, 0)
-    bad = float(lower_law[starts > quantile].sum())
+    bad = float(lower_law[candidates > quantile].sum())
     share = 0.1 / 2
     assert bad <= share
     assert bad > share / 3  # without the ln(n - 1) term it would not hold
     smaller = dataclasses.replace(plan, shifts=(plan.shifts[0] // 2,))
     lower_law, _ = _end_probabilities(values, grid, smaller, 0)
-    assert float(lower_law[starts > quantile].sum()) > share
+    assert float(lower_law[candidates > quantile].sum()) > share
 
 
 def test_rank_shift_follows_its_formula() -> None:
@@ -252,7 +254,7 @@ def test_rank_shift_follows_its_formula() -> None:
     em = rank_shift(1001, eps, delta, beta, "exponential")
     assert pf == math.ceil(2 * 0.5 * math.log(500 / beta) / 0.25)
     assert em == math.ceil(2 * 0.5 * math.log(1000 / beta) / 0.25)
-    assert rank_shift(1, eps, delta, beta) == 0  # one cell: nothing can be bad
+    assert rank_shift(1, eps, delta, beta) == 0  # one candidate: nothing can be bad
     assert rank_shift(1001, 2 * eps, delta, beta) < pf < rank_shift(4001, eps, delta, beta)
 
 
@@ -267,9 +269,9 @@ def test_a_huge_epsilon_brackets_the_quantile_at_exactly_s_ranks() -> None:
     assert s >= 1
     release = select_intervals(grid.histogram(values), grid, plan, [50.0], rng=_seeded(1))
     ((lower, upper),) = release.bounds
-    # Cell [j, j + 1] holds the ranks [j, j + 2]: the cells holding rank 50 - s start at
-    # 48 - s, 49 - s or 50 - s; those holding rank 50 + s end at 49 + s, 50 + s or 51 + s.
-    assert s == 1 and lower in (47.0, 48.0, 49.0) and upper in (50.0, 51.0, 52.0)
+    # Point j stands for the ranks [j, j + 1] at both ends: rank 50 - s is in the ranges of
+    # points 49 - s and 50 - s, rank 50 + s in those of 49 + s and 50 + s.
+    assert s == 1 and lower in (48.0, 49.0) and upper in (50.0, 51.0)
     assert release.method == INTERVAL_METHOD and release.rounds == 2 and not release.secure
 
 
@@ -380,7 +382,29 @@ def test_release_inputs_are_checked() -> None:
     with pytest.raises(TypeError, match="'values\\[0\\]' must be a real number"):
         select_intervals(histogram, grid, plan, ["1", 2.0])  # type: ignore[list-item]
     other = Grid.uniform(0.0, 10.0, 21)
-    with pytest.raises(ValueError, match="interval plan was made for 10"):
+    with pytest.raises(ValueError, match="interval plan was made for 11"):
         select_intervals(other.histogram([1.0]), other, plan, [1.0, 2.0])
     with pytest.raises(ValueError, match="slots"):
         select_intervals(np.zeros(5, dtype=np.int64), grid, plan, [1.0, 2.0])
+
+
+def test_an_end_inside_a_block_of_ties_is_the_tied_value() -> None:
+    """Hours worked, most of them 40: both ends fall in the block, and the interval is [40, 40]
+    (a closed grid cell around the block would make it [39, 41])."""
+    grid = Grid.uniform(0.0, 100.0, 101)
+    values = np.concatenate([np.full(600, 40.0), np.arange(100.0), np.full(300, 45.0)])
+    release = quantile_interval(
+        grid.histogram(values), grid, alpha=0.5, value=40.0, epsilon=1e4, rng=_seeded(5)
+    )
+    assert release.bounds == ((40.0, 40.0),)
+
+
+def test_intervals_without_a_point_are_not_widened() -> None:
+    grid = Grid.uniform(0.0, 100.0, 101)
+    histogram = grid.histogram(np.arange(100.0))
+    plan = plan_intervals([0.2, 0.5], grid=grid, epsilon=1e6)
+    release = select_intervals(histogram, grid, plan, None, rng=_seeded(6))
+    assert [item.value for item in release.intervals] == [None, None]
+    (low_20, high_20), (low_50, high_50) = release.bounds
+    assert 18.0 <= low_20 <= 19.0 and 20.0 <= high_20 <= 21.0
+    assert 48.0 <= low_50 <= 49.0 and 50.0 <= high_50 <= 51.0
