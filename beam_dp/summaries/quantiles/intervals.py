@@ -108,7 +108,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
-from typing import Literal, Unpack
+from typing import Literal, Protocol, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -133,6 +133,7 @@ __all__ = [
     "IntervalPlan",
     "IntervalRelease",
     "QuantileInterval",
+    "assemble_intervals",
     "count_candidates",
     "end_candidates",
     "endpoint_scores",
@@ -141,7 +142,9 @@ __all__ = [
     "plan_intervals",
     "quantile_interval",
     "rank_shift",
+    "released_values",
     "select_intervals",
+    "target_scores",
     "tighten",
 ]
 
@@ -355,6 +358,22 @@ def count_candidates(grid: Grid) -> int:
     return grid.num_points + extra
 
 
+def target_scores(low: IntArray, high: IntArray, target: int, common: int) -> IntArray:
+    """``-dist(target / common, [low, high])`` times ``common``, as exact integers.
+
+    ``target`` is a rank times ``common``; the first range is open below and the last one open
+    above (their placeholder ends are ignored).
+    """
+    largest = max(int(np.abs(low).max(initial=0)), int(np.abs(high).max(initial=0)))
+    check_fits_int64(2 * (common * largest + abs(int(target))), "quantile interval scores")
+    above: IntArray = np.maximum(common * low - target, 0)
+    below: IntArray = np.maximum(target - common * high, 0)
+    above[0] = 0
+    below[-1] = 0
+    scores: IntArray = -(above + below)
+    return scores
+
+
 def endpoint_scores(
     low: IntArray, high: IntArray, total: int, alpha: Fraction, shift: int, side: Side
 ) -> tuple[IntArray, int]:
@@ -364,14 +383,8 @@ def endpoint_scores(
     ``alpha = a / b``; the first candidate's range is open below and the last one's above.
     """
     a, b = alpha.numerator, alpha.denominator
-    check_fits_int64(2 * b * (max(total, 0) + int(shift) + 1), "quantile interval scores")
     target = a * total - b * shift if side == "lower" else a * total + b * shift
-    above: IntArray = np.maximum(b * low - target, 0)
-    below: IntArray = np.maximum(target - b * high, 0)
-    above[0] = 0
-    below[-1] = 0
-    scores: IntArray = -(above + below)
-    return scores, b
+    return target_scores(low, high, target, b), b
 
 
 # ----------------------------------------------------------------------------- planning
@@ -452,11 +465,15 @@ def intervals_for_plan(
 # ----------------------------------------------------------------------------- selection
 
 
-def _check_values(
-    values: Sequence[float] | None, plan: IntervalPlan, grid: Grid
+def released_values(
+    values: Sequence[float] | None, count: int, grid: Grid
 ) -> tuple[float | None, ...]:
+    """The released values, checked: ``count`` real numbers inside the grid's bounds (public).
+
+    ``None`` (intervals without a point) gives ``count`` Nones.
+    """
     if values is None:
-        return (None,) * len(plan.quantiles)
+        return (None,) * count
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         raise TypeError("'values' must be a sequence of released values")
     items: list[float] = []
@@ -464,10 +481,9 @@ def _check_values(
         if isinstance(value, bool) or not isinstance(value, Real):
             raise TypeError(f"'values[{i}]' must be a real number")
         items.append(float(value))
-    if len(items) != len(plan.quantiles):
+    if len(items) != count:
         raise ValueError(
-            f"'values' must hold one released value per quantile ({len(plan.quantiles)}); "
-            f"received {len(items)}"
+            f"'values' must hold one released value per quantile ({count}); received {len(items)}"
         )
     for i, value in enumerate(items):
         if not grid.lower <= value <= grid.upper:  # also refuses NaN
@@ -490,6 +506,49 @@ def tighten(
     raised = np.maximum.accumulate(np.asarray(lowers, dtype=np.float64))
     lowered = np.minimum.accumulate(np.asarray(uppers, dtype=np.float64)[::-1])[::-1]
     return tuple(float(x) for x in raised), tuple(float(x) for x in lowered)
+
+
+class _EndsPlan(Protocol):
+    """What :func:`assemble_intervals` reads from a plan (frozen dataclasses: read-only)."""
+
+    @property
+    def quantiles(self) -> tuple[Fraction, ...]: ...
+
+    @property
+    def distinct(self) -> tuple[Fraction, ...]: ...
+
+    @property
+    def sensitivities(self) -> tuple[Fraction, ...]: ...
+
+    @property
+    def shifts(self) -> tuple[int, ...]: ...
+
+
+def assemble_intervals(
+    plan: _EndsPlan,
+    lowers: Sequence[float],
+    uppers: Sequence[float],
+    released: Sequence[float | None],
+) -> tuple[QuantileInterval, ...]:
+    """The intervals in request order from the raw ends of the distinct quantiles: tightened
+    across quantiles (:func:`tighten`) and widened to hold each released value (post-processing:
+    module docstring, "What is derived for free")."""
+    tight_lowers, tight_uppers = tighten(lowers, uppers)
+    position = {q: i for i, q in enumerate(plan.distinct)}
+    intervals = []
+    for alpha, value in zip(plan.quantiles, released, strict=True):
+        i = position[alpha]
+        intervals.append(
+            QuantileInterval(
+                alpha=alpha,
+                value=value,
+                lower=tight_lowers[i] if value is None else min(tight_lowers[i], value),
+                upper=tight_uppers[i] if value is None else max(tight_uppers[i], value),
+                rank_shift=plan.shifts[i],
+                sensitivity=plan.sensitivities[i],
+            )
+        )
+    return tuple(intervals)
 
 
 def select_intervals(
@@ -525,7 +584,7 @@ def select_intervals(
             f"the grid gives {count_candidates(grid)} candidates; the interval plan was made "
             f"for {plan.num_candidates}"
         )
-    released = _check_values(values, plan, grid)
+    released = released_values(values, len(plan.quantiles), grid)
     counts = dense_counts(histogram, grid)
     source = as_random_source(rng)
     lower_values, lower_low, lower_high, total = end_candidates(counts, grid, "lower")
@@ -540,23 +599,9 @@ def select_intervals(
         j = private_choice(above, plan.selection_epsilon, sensitivity, plan.method, source)
         lowers.append(float(lower_values[i]))
         uppers.append(float(upper_values[j]))
-    tight_lowers, tight_uppers = tighten(lowers, uppers)
-    position = {q: i for i, q in enumerate(plan.distinct)}
-    intervals = []
-    for alpha, value in zip(plan.quantiles, released, strict=True):
-        i = position[alpha]
-        intervals.append(
-            QuantileInterval(
-                alpha=alpha,
-                value=value,
-                lower=tight_lowers[i] if value is None else min(tight_lowers[i], value),
-                upper=tight_uppers[i] if value is None else max(tight_uppers[i], value),
-                rank_shift=plan.shifts[i],
-                sensitivity=plan.sensitivities[i],
-            )
-        )
+    intervals = assemble_intervals(plan, lowers, uppers, released)
     return IntervalRelease(
-        intervals=tuple(intervals),
+        intervals=intervals,
         epsilon=float(plan.epsilon),
         confidence=plan.confidence,
         method=INTERVAL_METHOD,
