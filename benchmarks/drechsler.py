@@ -29,8 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
-__all__ = ["DrechslerResult", "drechsler_interval", "em_quantile"]
+__all__ = [
+    "DrechslerResult",
+    "drechsler_interval",
+    "drechsler_population_interval",
+    "em_quantile",
+    "simultaneous_ranks",
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,65 @@ def drechsler_interval(
             rng=rng,
         )
         for sign in (-1, 1)
+    ]
+    low = max(lower, min(ends) - granularity)
+    high = min(upper, max(ends) + granularity)
+    return DrechslerResult(median=(low + high) / 2, lower=low, upper=high)
+
+
+def simultaneous_ranks(
+    n: int, epsilon: float, span: float, granularity: float, beta: float
+) -> tuple[int, int]:
+    """The paper's simultaneous targets for a population median interval: the ranks ``k`` (lower
+    end) and ``n + 1 - k``-style upper rank whose total failure probability, sampling and
+    privacy together, is at most ``beta / 2`` each.
+
+    With ``m = #(X <= xi)`` binomial(n, 1/2), the lower end fails when the mechanism's output
+    rank is at least ``m``: ``P(fail) <= P(m <= k) + sum_{m > k} P(m) min(1, c exp(-eps (m - k
+    - 1) / 2))`` with ``c = (R - 2 g) / (2 g)``, the mechanism's tail (module docstring), and the
+    target ``k`` is the largest rank that keeps it within ``beta / 2``; the upper end mirrors it.
+    """
+    ratio = max((span - 2 * granularity) / (2 * granularity), 1.0)
+    ranks = np.arange(n + 1)
+    pmf = stats.binom.pmf(ranks, n, 0.5)
+    best = 0
+    for k in range(n // 2, -1, -1):
+        tail = np.minimum(1.0, ratio * np.exp(-epsilon * (ranks[k + 1 :] - k - 1) / 2))
+        fail = float(pmf[: k + 1].sum() + (pmf[k + 1 :] * tail).sum())
+        if fail <= beta / 2:
+            best = k
+            break
+    return best, n - best
+
+
+def drechsler_population_interval(
+    values: npt.ArrayLike,
+    lower: float,
+    upper: float,
+    *,
+    epsilon: float,
+    beta: float = 0.05,
+    granularity: float = 0.5,
+    rng: np.random.Generator,
+) -> DrechslerResult:
+    """The paper's population interval for the median (sampling and privacy together), both
+    ends by the exponential mechanism at ``epsilon / 2``."""
+    data = np.asarray(values, dtype=np.float64)
+    n = data.size
+    per_end = epsilon / 2
+    low_rank, high_rank = simultaneous_ranks(n, per_end, upper - lower, granularity, beta)
+    z = n + 2  # the mechanism's ranks count the two bounds
+    ends = [
+        em_quantile(
+            data,
+            lower,
+            upper,
+            min(max((rank + 1) / z, 0.0), 1.0),
+            epsilon=per_end,
+            granularity=granularity,
+            rng=rng,
+        )
+        for rank in (low_rank, high_rank)
     ]
     low = max(lower, min(ends) - granularity)
     high = min(upper, max(ends) + granularity)

@@ -44,13 +44,19 @@ import numpy.typing as npt
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom
 from beam_dp.summaries.grids import resolution_grid
 from beam_dp.summaries.histogram import Grid
-from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
+from beam_dp.summaries.quantiles import QuantilePlan, plan_quantiles, select_quantiles
 from beam_dp.summaries.quantiles.intervals import (
     DEFAULT_INTERVAL_FRACTION,
     intervals_for_plan,
     select_intervals,
 )
-from benchmarks.drechsler import drechsler_interval, em_quantile
+from beam_dp.summaries.quantiles.population_intervals import (
+    PopulationPlan,
+    plan_population_intervals,
+    population_intervals_for_plan,
+    select_population_intervals,
+)
+from benchmarks.drechsler import drechsler_interval, drechsler_population_interval, em_quantile
 from benchmarks.postri import postri, postri_median
 
 IntArray = npt.NDArray[np.int64]
@@ -65,6 +71,8 @@ class DataSet:
     lower: int
     upper: int
     draw: Callable[[np.random.Generator, int], IntArray]
+    #: ``inf{x : F(x) >= 1/2}`` of the population the values are drawn from (integer units).
+    population_median: float
 
 
 def _continuous(rng: np.random.Generator, n: int) -> IntArray:
@@ -94,10 +102,12 @@ def _bimodal(rng: np.random.Generator, n: int) -> IntArray:
 
 
 DATASETS = (
-    DataSet("continuous (minutes, 0.01)", "min", 0.01, 0, 10_000, _continuous),
-    DataSet("integer ties (hours)", "h", 1.0, 0, 100, _hours),
-    DataSet("heavy-tailed (income, $)", "$", 1.0, 0, 500_000, _incomes),
-    DataSet("bimodal (gap at median)", "", 1.0, 0, 1000, _bimodal),
+    # N(30, 12) rounded to the hundredth: P(X < 2999.5 / 100) < 1/2 < P(X < 3000.5 / 100).
+    DataSet("continuous (minutes, 0.01)", "min", 0.01, 0, 10_000, _continuous, 3000.0),
+    DataSet("integer ties (hours)", "h", 1.0, 0, 100, _hours, 40.0),
+    # lognormal(10.5, 1) rounded to the dollar: P(round(X) <= 36315) = P(X < 36315.5) >= 1/2.
+    DataSet("heavy-tailed (income, $)", "$", 1.0, 0, 500_000, _incomes, 36315.0),
+    DataSet("bimodal (gap at median)", "", 1.0, 0, 1000, _bimodal, 500.0),
 )
 
 
@@ -239,6 +249,85 @@ def _fmt(value: float, scale: float) -> str:
     return f"{scaled:,.3g}" if abs(scaled) < 1000 else f"{scaled:,.0f}"
 
 
+def population_cell(
+    data: DataSet, epsilon: float, rows: int, runs: int, seed: int
+) -> dict[str, tuple[float, float, float]]:
+    """Population median intervals at one total epsilon: ``(coverage, median width, mean
+    error of the point)`` for beam-dp (median at ``epsilon / 2``, population interval at
+    ``epsilon / 2``, replace and add/remove) and Drechsler et al.'s simultaneous interval
+    (both ends at ``epsilon / 2``, the midpoint as the point; replace)."""
+    grid = resolution_grid(data.lower, data.upper, 1)
+    target = data.population_median
+    ours: dict[str, tuple[QuantilePlan | None, PopulationPlan]] = {}
+    for relation in ("replace", "add_remove"):
+        plan = plan_quantiles(
+            [0.5], epsilon=epsilon / 2, num_candidates=grid.num_points, relation=relation
+        )
+        ours[f"ours, f = 1/2 ({relation})"] = (
+            plan,
+            population_intervals_for_plan(plan, grid, epsilon=epsilon / 2),
+        )
+    ours["ours, interval at the full ε, midpoint (replace)"] = (
+        None,
+        plan_population_intervals([0.5], grid=grid, epsilon=epsilon, relation="replace"),
+    )
+    data_rng = np.random.default_rng(seed)
+    peer_rng = np.random.default_rng(seed + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureRandomWarning)
+        source = InsecureSeededRandom(seed + 2)
+    results: dict[str, list[tuple[bool, float, float]]] = {name: [] for name in ours}
+    results["Drechsler et al., simultaneous"] = []
+    for _ in range(runs):
+        values = data.draw(data_rng, rows)
+        histogram = grid.histogram(values)
+        for name, (plan, population) in ours.items():
+            point = None if plan is None else select_quantiles(histogram, grid, plan, rng=source)
+            released = None if point is None else point.values
+            release = select_population_intervals(histogram, grid, population, released, rng=source)
+            lower, upper = release.bounds[0]
+            estimate = (lower + upper) / 2 if released is None else released[0]
+            results[name].append((lower <= target <= upper, upper - lower, abs(estimate - target)))
+        theirs = drechsler_population_interval(
+            values, data.lower, data.upper, epsilon=epsilon, beta=1 - CONFIDENCE, rng=peer_rng
+        )
+        results["Drechsler et al., simultaneous"].append(
+            (
+                theirs.lower <= target <= theirs.upper,
+                theirs.upper - theirs.lower,
+                abs(theirs.median - target),
+            )
+        )
+    return {
+        name: (
+            float(np.mean([r[0] for r in rows_])),
+            float(np.median([r[1] for r in rows_])),
+            float(np.mean([r[2] for r in rows_])),
+        )
+        for name, rows_ in results.items()
+    }
+
+
+def population_main(args: argparse.Namespace, datasets: Sequence[DataSet]) -> list[str]:
+    lines = [
+        "",
+        "Population median (sampling and privacy error), same total ε, 95%:",
+        "",
+        "| data | ε | method | coverage of the population median | median width | "
+        "mean error of the point |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for index, data in enumerate(datasets):
+        for epsilon in args.epsilons:
+            cell = population_cell(data, epsilon, args.rows, args.runs, args.seed + 11 * index)
+            for name, (covered, width, error) in cell.items():
+                lines.append(
+                    f"| {data.name} | {epsilon:g} | {name} | {covered:.3f} | "
+                    f"{_fmt(width, data.scale)} | {_fmt(error, data.scale)} |"
+                )
+    return lines
+
+
 PEERS = ("PostRI, even split", "PostRI, optimal split")
 
 
@@ -261,6 +350,11 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     parser.add_argument("--seed", type=int, default=27)
     parser.add_argument("--quick", action="store_true", help="a few runs of two cells (smoke)")
+    parser.add_argument(
+        "--only",
+        choices=["randomization", "population"],
+        help="run one section (default: both)",
+    )
     args = parser.parse_args(argv)
     datasets = DATASETS
     if args.quick:
@@ -276,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     ]
     verdicts: list[str] = []
     started = time.perf_counter()
-    for index, data in enumerate(datasets):
+    for index, data in enumerate(datasets if args.only != "population" else ()):
         for epsilon in args.epsilons:
             tallies = run_cell(data, epsilon, args.rows, args.runs, args.seed + 7 * index)
             peer = tallies[PEERS[0]]
@@ -324,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         "split's (paired over the same data sets; s.e. of the difference)."
     )
     lines.extend(verdicts)
+    if args.only != "randomization":
+        lines.extend(population_main(args, datasets))
     lines.append(f"\n(elapsed {time.perf_counter() - started:.0f} s)")
     for line in lines:
         print(line)

@@ -218,7 +218,8 @@ class QuantileInterval:
         alpha: the quantile.
         value: the released value the interval was widened to contain (None: no point).
         lower, upper: the interval ``[lower, upper]``.
-        rank_shift: how many values beyond the quantile each end aimed (public).
+        rank_shift: how many values beyond the quantile each end aimed (public; None for a
+            population interval, whose reach depends on the data's size).
         sensitivity: ``Delta`` of each end's selection, in value counts.
     """
 
@@ -226,7 +227,7 @@ class QuantileInterval:
     value: float | None
     lower: float
     upper: float
-    rank_shift: int
+    rank_shift: int | None
     sensitivity: Fraction
 
     @property
@@ -521,7 +522,7 @@ class _EndsPlan(Protocol):
     def sensitivities(self) -> tuple[Fraction, ...]: ...
 
     @property
-    def shifts(self) -> tuple[int, ...]: ...
+    def shifts(self) -> tuple[int | None, ...]: ...
 
 
 def assemble_intervals(

@@ -3,71 +3,67 @@
 :mod:`.intervals` bounds the error the mechanism adds: its interval holds the data's own
 alpha-quantile. When the ``N`` values are an i.i.d. sample of a population (of bounded values:
 the clamping applies to the population too), the population quantile
-``xi_alpha = inf{x : F(x) >= alpha}`` differs from the data's by sampling error. This module
-releases ``[lo, hi]`` holding ``xi_alpha`` with probability at least ``confidence`` over the
-sample *and* the mechanism: the nonparametric order-statistic interval, bracketed privately.
-Pure: numpy, scipy's binomial quantiles (public parameters only) and the exact samplers.
+``xi = inf{x : F(x) >= alpha}`` differs from the data's by sampling error. This module releases
+``[lo, hi]`` that holds ``xi`` with probability at least ``confidence`` over the sample *and*
+the mechanism, for every requested quantile at once. Pure: numpy, scipy's binomial law (of
+public parameters only) and the exact samplers.
 
-The order-statistic interval
-----------------------------
-For a sample of size ``n`` let ``l(n)`` be the smallest integer with
-``P(Bin(n, alpha) <= l(n)) >= gamma`` and ``u(n)`` one more than the smallest with
-``P(Bin(n, alpha) <= u - 1) >= 1 - gamma`` (scipy's ``binom.ppf``). Then
-``P(x_(l) > xi) = P(#(X <= xi) < l) <= P(Bin(n, alpha) <= l - 1) < gamma``, because
-``#(X <= xi)`` is binomial with a success probability ``F(xi) >= alpha``, and likewise
-``P(x_(u) < xi) = P(#(X < xi) >= u) <= gamma`` (``F(xi-) <= alpha``): ``[x_(l), x_(u)]`` holds
-``xi`` with probability at least ``1 - 2 gamma``, for any distribution (``x_(0)`` is ``lower``
-and ``x_(n+1)`` is ``upper``). Write ``w_lo(n) = alpha n - l(n)`` and
-``w_hi(n) = u(n) - alpha n``, the interval's reach in ranks on each side.
-
-The private bracket
+Both errors at once
 -------------------
-As in :mod:`.intervals`, each end is one exact selection among the grid's points by the distance
-from a target rank to the candidate's rank range (:func:`~.intervals.end_candidates`,
-:func:`~.intervals.target_scores`): the lower end aims at ``alpha N - w_lo(n) - e - s``, the
-upper end at ``alpha N + w_hi(n) + e + s``, where ``s`` is the selection's shift
-(:func:`~.intervals.rank_shift`) and ``n`` and ``e`` depend on the relation:
+As in :mod:`.intervals`, each end is one exact selection among the grid's points by the
+distance from a target rank ``T`` to the candidate's rank range (:func:`~.intervals.
+end_candidates`, :func:`~.intervals.target_scores`). Let ``M = #(X <= xi)``: a binomial count
+with success probability ``F(xi) >= alpha``, so ``M`` is stochastically at least
+``B ~ Bin(N, alpha)``. If the lower end is above ``xi``, every value up to ``xi`` is below it:
+its rank range starts at ``#(X < lo) >= M``, at least ``M - T`` from the target; the chosen
+end has such a range with probability at most ``w exp(-epsilon_e (M - T) / (2 Delta))``
+(``w = c (n - 1)``: the bound of :func:`~.intervals.rank_shift`). So, with ``g(x) =
+min(1, w exp(-epsilon_e x / (2 Delta)))`` non-increasing,
 
-* **replace**: ``N`` is public, so ``n = N`` and ``e = 0``; the targets ``l(N) - s`` and
-  ``u(N) + s`` are public constants and a changed unit moves the ranks by at most ``k``:
-  ``Delta = k``.
-* **add/remove**: ``N`` is not public. A share of epsilon releases a noisy count
-  ``n = max(N + Z, 0)``, ``Z`` exact discrete Laplace of scale ``k / epsilon_n``
-  (:func:`~beam_dp.mechanisms.partition_selection.discrete_laplace`), with ``|Z| <= e_n`` with
-  probability ``1 - beta_n`` for ``e_n = ceil(scale ln(2 / beta_n))``. Since ``l`` moves by 0
-  or 1 when ``n`` grows by one, ``w_lo`` (and ``w_hi``) moves by at most
-  ``max(alpha, 1 - alpha)``, so ``|w(n) - w(N)| <= e = ceil(max(alpha, 1 - alpha) e_n)`` on that
-  event. The target depends on the data through ``alpha N`` only (the rest is public after the
-  count): ``Delta = max(alpha, 1 - alpha) k``, as for the randomization interval.
+    P(lo > xi) <= E[g(M - T)] <= E[g(B - T)] = sum_m P(B = m) g(m - T),
 
-Both sensitivities are multiplied by ``max_partitions``.
+and :func:`population_targets` takes ``T_lo(N)``, the largest integer for which the sum is at
+most the end's share ``beta_e`` of ``1 - confidence``: the sampling and the privacy error are
+paid once, together (Drechsler et al.'s "simultaneous" idea, here with the exact mechanism's
+tail). The upper end mirrors it with ``M' = #(X < xi)``, stochastically at most ``B``: the
+smallest ``T_hi(N)`` with ``sum_m P(B = m) g(T_hi - m) <= beta_e``.
+
+``T_lo(N)`` grows by 0 or 1 when ``N`` grows by one (``B`` gains at most one success), and so
+does ``T_hi(N)``; hence ``w_lo(N) = alpha N - T_lo(N)`` and ``w_hi(N) = T_hi(N) - alpha N``
+move by at most ``max(alpha, 1 - alpha)`` per value.
+
+* **replace**: ``N`` is public: the targets are ``T_lo(N)`` and ``T_hi(N)``, public
+  constants, and a changed unit moves the ranks by at most ``k``: ``Delta = k``.
+* **add/remove**: a share of epsilon releases a noisy count ``n = max(N + Z, 0)``, ``Z`` exact
+  discrete Laplace of scale ``k / epsilon_n``
+  (:func:`~beam_dp.mechanisms.partition_selection.discrete_laplace`), within
+  ``e_n = ceil(scale ln(2 / beta_n))`` of ``N`` with probability ``1 - beta_n``. The targets
+  are ``alpha N - w_lo(n) - r`` and ``alpha N + w_hi(n) + r`` with ``r = ceil(max(alpha,
+  1 - alpha) e_n)``: on the count's event they are at most ``T_lo(N)`` and at least
+  ``T_hi(N)``, so the bound above holds for them. They depend on the data through ``alpha N``
+  only (the rest is public once the count is): ``Delta = max(alpha, 1 - alpha) k``, as for the
+  randomization interval.
+
+Both sensitivities are multiplied by ``max_partitions`` (and ``k`` includes it in the count's).
 
 Privacy
 -------
-Add/remove: the count (sensitivity ``k`` times the partitions: ``epsilon_n``-DP) and ``2 m``
-end selections at ``(epsilon - epsilon_n) / (2 m)`` each, chosen given the count (adaptive basic
-composition): ``epsilon`` in total. Replace: ``2 m`` selections at ``epsilon / (2 m)``. The
-tightening across quantiles and the union with the released values are post-processing (see
-:mod:`.intervals`). The count itself is not part of the release (its use is: the shift).
+Add/remove: the count (``epsilon_n``-DP) and ``2 m`` end selections at ``(epsilon - epsilon_n)
+/ (2 m)`` each, chosen given the count (adaptive basic composition): ``epsilon`` in total.
+Replace: ``2 m`` selections at ``epsilon / (2 m)``. The tightening across quantiles and the
+union with the released values are post-processing (:mod:`.intervals`). The count is not
+released.
 
 Coverage
 --------
 **Claim.** With probability at least ``confidence`` over the sample and the mechanism, every
-interval holds its population quantile.
-
-**Proof.** The failure probability ``1 - confidence`` is split: half over the ``2 m`` sides of
-the order-statistic intervals (``gamma`` each), half over the ``2 m`` selections and the count
-(``beta_e`` each). On the event that ``x_(l(N)) <= xi`` and the count is within ``e_n``: the
-lower end is *bad* when ``lo > x_(l(N))`` (for ``l(N) <= 0``: when it is not the first
-candidate, ``lower``); then ``#(X < lo) >= l(N) = alpha N - w_lo(N) >= alpha N - w_lo(n) - e``,
-so its range starts at least ``s`` above the target, and, exactly as in :mod:`.intervals`, this
-has probability at most ``beta_e``. Otherwise ``lo <= x_(l(N)) <= xi``. The upper end is
-symmetric (bad: ``hi < x_(u(N))``, so ``#(X <= hi) <= u(N) - 1`` and its range ends at least
-``s + 1`` below the target). A union bound over all the events gives the claim.
+interval holds its population quantile. **Proof.** ``1 - confidence`` is split evenly over the
+``2 m`` ends and, under add/remove, the count. Each end fails with probability at most its
+share (above; under add/remove on the count's event, whose failure is the count's share); a
+union bound gives the claim, and post-processing keeps it (:mod:`.intervals`).
 
 The sample is assumed i.i.d. in the values (rows). Contribution bounding keeps a uniform sample
-of each unit's rows; units with several rows make the rows dependent, which the order-statistic
-interval does not model.
+of each unit's rows; units with several rows make the rows dependent, which this does not model.
 """
 
 from __future__ import annotations
@@ -78,6 +74,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Unpack
 
+import numpy as np
+import numpy.typing as npt
 from scipy import stats
 
 from beam_dp._rational import positive_fraction
@@ -88,11 +86,11 @@ from beam_dp.summaries.histogram import Grid
 from beam_dp.summaries.quantiles import QuantilePlan
 from beam_dp.summaries.quantiles.intervals import (
     IntervalRelease,
+    Side,
     assemble_intervals,
     count_candidates,
     end_candidates,
     endpoint_sensitivity,
-    rank_shift,
     released_values,
     target_scores,
 )
@@ -111,7 +109,7 @@ __all__ = [
     "PopulationPlan",
     "plan_population_intervals",
     "population_intervals_for_plan",
-    "sampling_ranks",
+    "population_targets",
     "select_population_intervals",
 ]
 
@@ -119,21 +117,71 @@ __all__ = [
 POPULATION_METHOD = "population_rank_bracket"
 
 #: The share of the interval's epsilon spent on the noisy count under add/remove (the count's
-#: error reaches each side at ``max(alpha, 1 - alpha)`` per value; the ends' shifts grow as
+#: error reaches each side at ``max(alpha, 1 - alpha)`` per value; the ends' margins grow as
 #: ``1 / epsilon``: about a fifth balances the two for a few quantiles).
 DEFAULT_COUNT_FRACTION = Fraction(1, 5)
 
 
-def sampling_ranks(n: int, alpha: Fraction, gamma: float) -> tuple[int, int]:
-    """``(l(n), u(n))``: ``P(Bin(n, alpha) <= l - 1) < gamma`` and ``P(Bin(n, alpha) >= u)
-    <= gamma`` (module docstring). ``l`` may be 0 (no lower order statistic qualifies) and
-    ``u`` may be ``n + 1`` (no upper one does)."""
-    if n <= 0:
-        return 0, 1
+def _failure(
+    pmf: npt.NDArray[np.float64],
+    ranks: npt.NDArray[np.int64],
+    target: int,
+    weight: float,
+    rate: float,
+    side: Side,
+) -> float:
+    """``sum_m P(B = m) g(gap)`` over the bulk, plus all the mass outside it (as failing)."""
+    gaps = ranks - target if side == "lower" else target - ranks
+    tail = np.minimum(1.0, weight * np.exp(-rate * np.maximum(gaps, 0)))
+    tail[gaps <= 0] = 1.0
+    return float((pmf * tail).sum()) + max(0.0, 1.0 - float(pmf.sum()))
+
+
+def population_targets(
+    n: int,
+    alpha: Fraction,
+    *,
+    epsilon: Fraction,
+    sensitivity: Fraction,
+    num_candidates: int,
+    method: Method,
+    failure_probability: float,
+) -> tuple[int, int]:
+    """``(T_lo(n), T_hi(n))``: the ends' target ranks for a sample of ``n`` (module docstring).
+
+    ``T_lo`` is the largest integer with ``sum_m P(B = m) g(m - T) <= beta`` and ``T_hi`` the
+    smallest with ``sum_m P(B = m) g(T - m) <= beta``, ``B ~ Bin(n, alpha)``; both are found by
+    bisection (the sums are monotone in ``T``) over the binomial's bulk (the mass left out
+    counts as failing, so the sums are never understated).
+    """
+    n = max(int(n), 0)
+    weight = (max(int(num_candidates) - 1, 1)) * (0.5 if method == "permute_and_flip" else 1.0)
+    rate = float(epsilon) / (2.0 * float(sensitivity))
     p = float(alpha)
-    low = int(stats.binom.ppf(gamma, n, p))
-    high = int(stats.binom.ppf(1.0 - gamma, n, p)) + 1
-    return max(low, 0), min(high, n + 1)
+    spread = 12.0 * math.sqrt(n * p * (1 - p)) + 50.0
+    first = max(0, math.floor(p * n - spread))
+    last = min(n, math.ceil(p * n + spread))
+    ranks = np.arange(first, last + 1, dtype=np.int64)
+    pmf = np.asarray(stats.binom.pmf(ranks, n, p), dtype=np.float64)
+    beta = float(failure_probability)
+    # Lower: the largest T with failure <= beta; T = first - 1 - (a bound) always qualifies.
+    margin = math.ceil(math.log(weight / beta) / rate) + 1
+    low, high = first - margin, last
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _failure(pmf, ranks, middle, weight, rate, "lower") <= beta:
+            low = middle
+        else:
+            high = middle - 1
+    lower = low
+    low, high = first, last + margin
+    while low < high:
+        middle = (low + high) // 2
+        if _failure(pmf, ranks, middle, weight, rate, "upper") <= beta:
+            high = middle
+        else:
+            low = middle + 1
+    return lower, low
 
 
 @dataclass(frozen=True)
@@ -142,13 +190,16 @@ class PopulationPlan:
 
     Attributes:
         quantiles, distinct, epsilon, confidence, relation, method, max_contributions,
-            max_partitions, num_candidates, selection_epsilon, sensitivities, shifts: as in
+            max_partitions, num_candidates, selection_epsilon, sensitivities: as in
             :class:`~.intervals.IntervalPlan`.
+        shifts: None for each distinct quantile: an end's reach beyond the quantile depends
+            on the data's size here (module docstring).
         count_epsilon: epsilon of the noisy count (add/remove), or None (replace).
         count_scale: the count's discrete Laplace scale, or None.
         count_error: ``e_n``, the count's error bound at its share of the failure
             probability, or None.
-        sampling_failure: ``gamma``, each side's share of the failure probability.
+        end_failure: ``beta_e``, each end's share of the failure probability (sampling and
+            privacy together).
     """
 
     quantiles: tuple[Fraction, ...]
@@ -162,11 +213,11 @@ class PopulationPlan:
     num_candidates: int
     selection_epsilon: Fraction
     sensitivities: tuple[Fraction, ...]
-    shifts: tuple[int, ...]
+    shifts: tuple[None, ...]
     count_epsilon: Fraction | None
     count_scale: Fraction | None
     count_error: int | None
-    sampling_failure: float
+    end_failure: float
 
     @property
     def rounds(self) -> int:
@@ -184,7 +235,7 @@ def plan_population_intervals(
     max_partitions: int = 1,
     **options: Unpack[PlanOptions],
 ) -> PopulationPlan:
-    """Validate the parameters of the population intervals and fix their shifts.
+    """Validate the parameters of the population intervals (nothing here reads data).
 
     Args:
         quantiles: the quantiles of the release (each strictly between 0 and 1).
@@ -206,9 +257,7 @@ def plan_population_intervals(
     m = len(base.distinct)
     failure = 1.0 - float(confidence)
     counted = base.relation == "add_remove"
-    events = 2 * m + int(counted)
-    beta = failure / 2 / events
-    gamma = failure / 2 / (2 * m)
+    beta = failure / (2 * m + int(counted))
     k = base.max_contributions * int(max_partitions)
     count_epsilon = count_scale = None
     count_error = None
@@ -221,7 +270,6 @@ def plan_population_intervals(
     per = ends_epsilon / (2 * m)
     candidates = count_candidates(grid)
     sensitivities = tuple(endpoint_sensitivity(a, base.relation, k) for a in base.distinct)
-    shifts = tuple(rank_shift(candidates, per, d, beta, base.method) for d in sensitivities)
     return PopulationPlan(
         quantiles=base.quantiles,
         distinct=base.distinct,
@@ -234,11 +282,11 @@ def plan_population_intervals(
         num_candidates=candidates,
         selection_epsilon=per,
         sensitivities=sensitivities,
-        shifts=shifts,
+        shifts=(None,) * m,
         count_epsilon=count_epsilon,
         count_scale=count_scale,
         count_error=count_error,
-        sampling_failure=gamma,
+        end_failure=beta,
     )
 
 
@@ -262,20 +310,27 @@ def population_intervals_for_plan(
 
 
 def _targets(
-    plan: PopulationPlan, alpha: Fraction, shift: int, total: int, noisy: int | None
+    plan: PopulationPlan, alpha: Fraction, delta: Fraction, total: int, noisy: int | None
 ) -> tuple[int, int, int]:
     """``(lower target, upper target, common)``, ranks times ``common`` (module docstring)."""
+    n = total if noisy is None else max(noisy, 0)
+    low, high = population_targets(
+        n,
+        alpha,
+        epsilon=plan.selection_epsilon,
+        sensitivity=delta,
+        num_candidates=plan.num_candidates,
+        method=plan.method,
+        failure_probability=plan.end_failure,
+    )
     if noisy is None:  # replace: N is public
-        low, high = sampling_ranks(total, alpha, plan.sampling_failure)
-        return low - shift, high + shift, 1
+        return low, high, 1
     assert plan.count_error is not None
     a, b = alpha.numerator, alpha.denominator
-    n = max(noisy, 0)
-    low, high = sampling_ranks(n, alpha, plan.sampling_failure)
     reach = math.ceil(max(alpha, 1 - alpha) * plan.count_error)
-    # alpha N - w_lo(n) - e - s with w_lo(n) = alpha n - l(n); times b.
-    lower = a * total - (a * n - b * low) - b * (reach + shift)
-    upper = a * total + (b * high - a * n) + b * (reach + shift)
+    # alpha N - w_lo(n) - r, with w_lo(n) = alpha n - T_lo(n); and the upper mirror; times b.
+    lower = a * total - (a * n - b * low) - b * reach
+    upper = a * total + (b * high - a * n) + b * reach
     return lower, upper, b
 
 
@@ -308,8 +363,8 @@ def select_population_intervals(
         noisy = total + int(discrete_laplace(plan.count_scale, 1, source)[0])
     lowers: list[float] = []
     uppers: list[float] = []
-    for alpha, delta, shift in zip(plan.distinct, plan.sensitivities, plan.shifts, strict=True):
-        lower, upper, common = _targets(plan, alpha, shift, total, noisy)
+    for alpha, delta in zip(plan.distinct, plan.sensitivities, strict=True):
+        lower, upper, common = _targets(plan, alpha, delta, total, noisy)
         sensitivity = delta * common
         below = target_scores(lower_low, lower_high, lower, common)
         above = target_scores(upper_low, upper_high, upper, common)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from property_settings import fresh_examples
+from scipy import stats
 
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.summaries.histogram import Grid
@@ -22,7 +23,7 @@ from beam_dp.summaries.quantiles.population_intervals import (
     _targets,
     plan_population_intervals,
     population_intervals_for_plan,
-    sampling_ranks,
+    population_targets,
     select_population_intervals,
 )
 
@@ -37,32 +38,52 @@ def _seeded(seed: int) -> InsecureSeededRandom:
         return InsecureSeededRandom(seed)
 
 
-def _cdf(k: int, n: int, alpha: Fraction) -> Fraction:
-    """``P(Bin(n, alpha) <= k)``, exactly."""
-    return sum(
-        (Fraction(math.comb(n, i)) * alpha**i * (1 - alpha) ** (n - i) for i in range(k + 1)),
-        Fraction(0),
+def _failure(n: int, alpha: float, target: int, side: str, plan, index: int) -> float:  # type: ignore[no-untyped-def]
+    """The failure bound of an end aimed at ``target``, summed over every binomial outcome."""
+    ranks = np.arange(n + 1)
+    pmf = stats.binom.pmf(ranks, n, alpha)
+    weight = (plan.num_candidates - 1) * (0.5 if plan.method == "permute_and_flip" else 1.0)
+    rate = float(plan.selection_epsilon) / (2 * float(plan.sensitivities[index]))
+    gaps = ranks - target if side == "lower" else target - ranks
+    tail = np.where(gaps <= 0, 1.0, np.minimum(1.0, weight * np.exp(-rate * np.maximum(gaps, 0))))
+    return float((pmf * tail).sum())
+
+
+def _targets_of(n: int, plan, index: int = 0) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    return population_targets(
+        n,
+        plan.distinct[index],
+        epsilon=plan.selection_epsilon,
+        sensitivity=plan.sensitivities[index],
+        num_candidates=plan.num_candidates,
+        method=plan.method,
+        failure_probability=plan.end_failure,
     )
 
 
-@pytest.mark.parametrize("alpha", [Fraction(1, 2), Fraction(1, 10), Fraction(3, 4)])
-@pytest.mark.parametrize("n", [1, 7, 40, 151])
-def test_sampling_ranks_are_the_order_statistic_interval(n: int, alpha: Fraction) -> None:
-    gamma = 0.0125
-    low, high = sampling_ranks(n, alpha, gamma)
-    # P(Bin <= l - 1) < gamma <= P(Bin <= l): l is the smallest rank allowed ...
-    assert low == 0 or _cdf(low - 1, n, alpha) < gamma
-    assert _cdf(low, n, alpha) >= gamma or low == n
-    # ... and P(Bin >= u) <= gamma < P(Bin >= u - 1): u the largest.
-    assert high == n + 1 or 1 - _cdf(high - 1, n, alpha) <= gamma
-    assert high - 1 <= 0 or 1 - _cdf(high - 2, n, alpha) > gamma
+@pytest.mark.parametrize("quantile", [0.5, 0.1, 0.75])
+@pytest.mark.parametrize("n", [1, 7, 40, 151, 5000])
+def test_targets_are_the_farthest_in_whose_failure_is_within_the_share(
+    n: int, quantile: float
+) -> None:
+    """Sampling and privacy together: the end aimed at T fails with probability <= beta_e,
+    and aiming one rank closer to the quantile would not keep that."""
+    plan = plan_population_intervals([quantile], grid=GRID, epsilon=1.0, relation="replace")
+    low, high = _targets_of(n, plan)
+    beta = plan.end_failure
+    assert _failure(n, quantile, low, "lower", plan, 0) <= beta
+    assert _failure(n, quantile, low + 1, "lower", plan, 0) > beta
+    assert _failure(n, quantile, high, "upper", plan, 0) <= beta
+    assert _failure(n, quantile, high - 1, "upper", plan, 0) > beta
+    assert low < quantile * n < high
 
 
-def test_sampling_ranks_grow_by_zero_or_one_with_the_sample() -> None:
+def test_targets_grow_by_zero_or_one_with_the_sample() -> None:
     """What the add/remove targets need: w(n) moves by at most max(alpha, 1 - alpha)."""
-    for alpha in (Fraction(1, 2), Fraction(1, 20)):
-        ranks = np.array([sampling_ranks(n, alpha, 0.01) for n in range(0, 3000)])
-        steps = np.diff(ranks, axis=0)
+    for quantile in (0.5, 0.05):
+        plan = plan_population_intervals([quantile], grid=GRID, epsilon=1.0)
+        targets = np.array([_targets_of(n, plan) for n in range(0, 1500)])
+        steps = np.diff(targets, axis=0)
         assert set(np.unique(steps).tolist()) <= {0, 1}
 
 
@@ -71,12 +92,13 @@ def test_plans_split_epsilon_over_the_count_and_the_ends() -> None:
     assert added.count_epsilon == DEFAULT_COUNT_FRACTION
     assert added.selection_epsilon == (1 - DEFAULT_COUNT_FRACTION) / 4
     assert added.count_scale == 1 / DEFAULT_COUNT_FRACTION and added.rounds == 5
-    # count error: scale ln(2 / beta), beta = 0.05 / 2 / 5 events
-    assert added.count_error == math.ceil(5 * math.log(2 / 0.005))
-    assert added.sampling_failure == pytest.approx(0.05 / 2 / 4)
+    # count error: scale ln(2 / beta), beta = 0.05 / 5 events (two ends each, the count)
+    assert added.end_failure == pytest.approx(0.01)
+    assert added.count_error == math.ceil(5 * math.log(2 / 0.01))
     replaced = plan_population_intervals([0.5], grid=GRID, epsilon=1.0, relation="replace")
     assert replaced.count_epsilon is None and replaced.count_error is None
     assert replaced.selection_epsilon == Fraction(1, 2) and replaced.rounds == 2
+    assert replaced.end_failure == pytest.approx(0.025) and replaced.shifts == (None,)
     plan = plan_quantiles([0.3], epsilon=1.0, num_candidates=GRID.num_points, max_partitions=2)
     assert population_intervals_for_plan(plan, GRID, epsilon=1.0).count_scale == 2 / Fraction(1, 5)
     with pytest.raises(ValueError, match="'count_fraction'"):
@@ -88,7 +110,7 @@ def test_plans_split_epsilon_over_the_count_and_the_ends() -> None:
 def _scores(values: np.ndarray, plan, alpha_index: int, side: str, noisy: int | None):  # type: ignore[no-untyped-def]
     _, low, high, total = end_candidates(GRID.histogram(values).counts(), GRID, side)  # type: ignore[arg-type]
     alpha = plan.distinct[alpha_index]
-    lower, upper, common = _targets(plan, alpha, plan.shifts[alpha_index], total, noisy)
+    lower, upper, common = _targets(plan, alpha, plan.sensitivities[alpha_index], total, noisy)
     return target_scores(low, high, lower if side == "lower" else upper, common), common
 
 
