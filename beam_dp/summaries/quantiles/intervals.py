@@ -4,6 +4,8 @@ A quantile release states a value ``v``; this module adds a *randomization inter
 ``[lo, hi]`` in value units that contains the data's own alpha-quantile (of the bounded data
 the release was computed from) with probability at least ``confidence`` over the mechanism's
 randomness, for every requested quantile at once. Pure: numpy and the exact samplers; no Beam.
+The population's quantile (sampling error too) is the optional second field:
+:mod:`.population_intervals`.
 
 What is an alpha-quantile of the data
 -------------------------------------
