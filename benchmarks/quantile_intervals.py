@@ -2,18 +2,22 @@
 
 Run from the repository root::
 
-    PYTHONPATH=$PWD python -m benchmarks.quantile_intervals          # a few minutes
-    python -m benchmarks.quantile_intervals --quick                  # seconds; the smoke test
+    PYTHONPATH=$PWD python -m benchmarks.quantile_intervals    # ~25 minutes on a loaded machine
+    python -m benchmarks.quantile_intervals --quick            # seconds; the smoke test
 
-For every data set and epsilon, ``--runs`` fresh data sets (200) of ``--rows`` values (1000),
-integers in public bounds (values recorded at a resolution: hundredths of a minute, whole
-hours, dollars), and on each the same total epsilon for every method, 95% coverage:
+``--only randomization|population`` runs one section. For every data set and epsilon,
+``--runs`` fresh data sets (300) of ``--rows`` values (1000), integers in public bounds (values
+recorded at a resolution: hundredths of a minute, whole hours, dollars), and on each the same
+total epsilon for every method, 95% coverage.
+
+**Randomization intervals** (the data's own median):
 
 - **beam-dp** (``ours``): the median by :func:`~beam_dp.summaries.quantiles.select_quantiles`
   (permute-and-flip, resolution grid) at ``(1 - f) epsilon`` and its interval by
-  :mod:`beam_dp.summaries.quantiles.intervals` at ``f epsilon``, for ``f = 1/3`` (the default
-  share) and ``f = 1/2`` (PostRI's default split); replace relation, and the default share
-  under add/remove.
+  :mod:`beam_dp.summaries.quantiles.intervals` at ``f epsilon``, for ``f = 1/2`` (the default
+  share, PostRI's default split) and ``f = 1/3``, under replace; the whole epsilon on the
+  interval with its midpoint as the point (Drechsler et al.'s budget); the default share under
+  add/remove.
 - **PostRI** (``benchmarks/postri.py``): the even split and the paper's optimal split.
 - **Drechsler et al.** (``benchmarks/drechsler.py``): both ends at ``epsilon / 2``, the
   midpoint as the median.
@@ -21,9 +25,15 @@ hours, dollars), and on each the same total epsilon for every method, 95% covera
 The anchors use the data size (bounded DP), so the head-to-head is under replace. Reported per
 method: the observed coverage of the data's own median (every value whose rank range holds
 ``N / 2``; for even ``N`` the whole closed interval between the two middle values), the median
-interval width in value units, and the median absolute error of the point estimate (distance
-to that set of medians) with the interval's share spent and without it (the method's median
-at the full epsilon; the midpoint of an interval at the full epsilon for Drechsler et al.).
+interval width in value units, and the mean absolute error of the point estimate (distance to
+that set of medians) with the interval's share spent and without it (the method's median at
+the full epsilon; for Drechsler et al. their mechanism for the median at the full epsilon).
+
+**Population intervals** (sampling and privacy error): beam-dp's
+:mod:`beam_dp.summaries.quantiles.population_intervals` (half of epsilon, the median with the
+other half; and the whole epsilon on the interval) against Drechsler et al.'s simultaneous
+interval, coverage of the population median of each data set's generator.
+
 The script prints Markdown tables and the verdict against the issue's goal; it never fails.
 """
 
