@@ -48,6 +48,7 @@ from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.shares import take_shares
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
 from beam_dp.batching import ContributionBounds, PublicIndex
+from beam_dp.batching.columns import LabelMatch, check_label_match
 from beam_dp.batching.hashing import UnitIds, check_unit_ids
 from beam_dp.beam._graph import Wiring
 from beam_dp.mechanisms import Method, RandomSource
@@ -104,6 +105,10 @@ class PrivateOptions(TypedDict, total=False):
         unit_ids: how privacy-unit ids are read: ``"normalize"`` (default: the identity rule
             of :mod:`beam_dp.batching.hashing`) or ``"exact"`` (ids already canonical;
             recorded in each release's contribution bounds).
+        label_match: how data values meet the public candidates and keys: ``"exact"``
+            (default: text as it is) or ``"normalize"`` (surrounding whitespace, case and
+            Unicode form ignored on both sides; the released label is the public one as
+            given; public labels that would then be equal are refused).
         rng: None (the OS CSPRNG); a seeded source for tests only (it is copied to every
             worker, so workers repeat each other's draws).
         max_windows_per_unit: on windowed input, the windows a unit keeps rows in (enforced;
@@ -122,6 +127,7 @@ class PrivateOptions(TypedDict, total=False):
     max_windows_per_unit: int
     record_level: bool
     unit_ids: UnitIds
+    label_match: LabelMatch
 
 
 class PerKeyOptions(PrivateOptions, total=False):
@@ -474,6 +480,7 @@ class CommonOptions:
     max_windows_per_unit: int = 1
     record_level: bool = False
     unit_ids: UnitIds = "normalize"
+    label_match: LabelMatch = "exact"
     key_column: str | None = None
     keys: tuple[Any, ...] | None = None
     max_keys_per_unit: int | None = None
@@ -494,6 +501,7 @@ class CommonOptions:
                 f"'on_bad_record' must be 'fail' or 'skip'; received {self.on_bad_record!r}"
             )
         check_unit_ids(self.unit_ids)
+        check_label_match(self.label_match)
         if not isinstance(self.record_level, bool):
             raise TypeError(f"'record_level' must be True or False; received {self.record_level!r}")
         if self.rng is not None and not isinstance(self.rng, RandomSource):
@@ -588,7 +596,7 @@ class CommonOptions:
             "on_bad_record": self.on_bad_record,
             **columns,
             "key_column": self.key_column,
-            "keys": None if self.keys is None else PublicIndex(self.keys),
+            "keys": None if self.keys is None else PublicIndex(self.keys, self.label_match),
         }
 
     def wiring(
@@ -659,6 +667,7 @@ def take_options(
     if key_batches:
         check_column(per_key.get("key_column"), "key_column")
     labels = static_labels(per_key["keys"], "keys")
+    PublicIndex(labels, common.label_match)  # keys that one label would merge are refused
     max_keys_per_unit = per_key.get("max_keys_per_unit")
     if isinstance(max_keys_per_unit, str) and max_keys_per_unit == "auto":
         # The quantile family and the mean take it (their build reads it before this point).

@@ -62,7 +62,7 @@ from beam_dp.batching import (
     encode_batch,
     num_rows,
 )
-from beam_dp.batching.columns import with_source
+from beam_dp.batching.columns import LabelMatch, with_source
 from beam_dp.beam._contributions import is_heartbeat
 from beam_dp.beam._graph import BatchedSelectFn, split_by_key
 from beam_dp.beam._transform import (
@@ -894,9 +894,10 @@ class EncodeWithSideCandidatesFn(beam.DoFn):
     Labels are put in sorted order (as the combiners do), so positions agree everywhere.
     """
 
-    def __init__(self, options: dict[str, Any]) -> None:
+    def __init__(self, options: dict[str, Any], match: LabelMatch) -> None:
         super().__init__()
         self._options = options
+        self._match = match
         self._source: Any = None
         self._index: PublicIndex | None = None
 
@@ -907,7 +908,7 @@ class EncodeWithSideCandidatesFn(beam.DoFn):
         if candidates is not self._source:
             labels = sorted_labels(candidates)
             # No public candidate: nothing can be selected and nothing is encoded.
-            self._index = PublicIndex(labels) if labels else None
+            self._index = PublicIndex(labels, self._match) if labels else None
             self._source = candidates
         if self._index is not None:
             encoded = encode_batch(batch, candidates=self._index, **options)
@@ -954,7 +955,7 @@ def selection_built(
         record_level=record_level,
         encode=encode,
         bounds=bounds,
-        encode_fn=None if side is None else EncodeWithSideCandidatesFn(encode),
+        encode_fn=None if side is None else EncodeWithSideCandidatesFn(encode, options.label_match),
         side_candidates=side,
     )
     display = describe(
@@ -972,8 +973,8 @@ def selection_built(
     )
 
 
-def public_index(labels: tuple[Any, ...] | None) -> PublicIndex | None:
-    return None if labels is None else PublicIndex(labels)
+def public_index(labels: tuple[Any, ...] | None, match: LabelMatch) -> PublicIndex | None:
+    return None if labels is None else PublicIndex(labels, match)
 
 
 # ---------------------------------------------------------------------------- top candidates
@@ -1052,7 +1053,10 @@ def _top_candidates(
         spec,
         options=options,
         unit_column=unit_column,
-        encode={"candidate_column": candidate_column, "candidates": public_index(labels)},
+        encode={
+            "candidate_column": candidate_column,
+            "candidates": public_index(labels, options.label_match),
+        },
         combine_fn=CandidateCountsFn(spec, labels),
         bounds=bounds,
         labels=labels,
@@ -1331,7 +1335,10 @@ def _election(
         spec,
         options=options,
         unit_column=unit_column,
-        encode={"candidate_column": candidate_column, "candidates": public_index(labels)},
+        encode={
+            "candidate_column": candidate_column,
+            "candidates": public_index(labels, options.label_match),
+        },
         combine_fn=CandidateCountsFn(spec, labels, "margin" if score == "margin" else "counts"),
         bounds=bounds,
         labels=labels,
@@ -1451,7 +1458,9 @@ def _custom(
         unit_column=unit_column,
         encode={
             "candidate_column": candidate_column,
-            "candidates": None if candidate_column is None else public_index(labels),
+            "candidates": None
+            if candidate_column is None
+            else public_index(labels, options.label_match),
             "value_column": value_column,
         },
         combine_fn=CustomScoreFn(spec, labels, score_fn),

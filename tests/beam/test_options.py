@@ -118,6 +118,7 @@ def test_one_split_of_a_share_covers_delta() -> None:
 _SHARED_KEYS = {
     "confidence",
     "epsilon",
+    "label_match",
     "max_windows_per_unit",
     "method",
     "name",
