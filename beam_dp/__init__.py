@@ -46,8 +46,12 @@ if TYPE_CHECKING:
     from beam_dp.io import FORMATS as FORMATS
     from beam_dp.io import ReadExport as ReadExport
     from beam_dp.io import SkippedFile as SkippedFile
+    from beam_dp.io.outputs import RELEASE_AVRO_SCHEMA as RELEASE_AVRO_SCHEMA
     from beam_dp.io.outputs import output_files as output_files
     from beam_dp.io.outputs import write_outputs as write_outputs
+    from beam_dp.io.release_rows import ReleaseRecords as ReleaseRecords
+    from beam_dp.io.release_rows import ReleaseRow as ReleaseRow
+    from beam_dp.io.release_rows import ReleaseRows as ReleaseRows
     from beam_dp.io.report_format import chosen_bound as chosen_bound
     from beam_dp.io.schema import ColumnResolution as ColumnResolution
     from beam_dp.io.schema import column_resolution as column_resolution
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "RELEASE_AVRO_SCHEMA",
     "BadRecordError",
     "BeamDPError",
     "BestPrice",
@@ -83,6 +88,9 @@ __all__ = [
     "PrivateTransform",
     "ReadExport",
     "Release",
+    "ReleaseRecords",
+    "ReleaseRow",
+    "ReleaseRows",
     "Revenue",
     "SelectCandidates",
     "SkippedFile",
@@ -135,6 +143,10 @@ _WHERE = {
     "FORMATS": "beam_dp.io",
     "write_outputs": "beam_dp.io.outputs",
     "output_files": "beam_dp.io.outputs",
+    "RELEASE_AVRO_SCHEMA": "beam_dp.io.outputs",
+    "ReleaseRows": "beam_dp.io.release_rows",
+    "ReleaseRecords": "beam_dp.io.release_rows",
+    "ReleaseRow": "beam_dp.io.release_rows",
     "ColumnResolution": "beam_dp.io.schema",
     "column_resolution": "beam_dp.io.schema",
     "combine_resolutions": "beam_dp.io.schema",

@@ -25,7 +25,7 @@ import dataclasses
 import difflib
 import os
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -35,6 +35,9 @@ import apache_beam as beam
 import numpy as np
 import numpy.typing as npt
 from apache_beam.pvalue import PCollection
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_dp._validation import (
     Relation,
@@ -48,11 +51,12 @@ from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.shares import take_shares
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
 from beam_dp.batching import ContributionBounds, PublicIndex
-from beam_dp.batching.columns import LabelMatch, check_label_match
+from beam_dp.batching.columns import COLUMN_TYPES, LabelMatch, check_label_match, is_record
 from beam_dp.batching.hashing import UnitIds, check_unit_ids
 from beam_dp.beam._graph import Wiring
 from beam_dp.mechanisms import Method, RandomSource
 from beam_dp.mechanisms.selection import check_method
+from beam_dp.release import Release
 from beam_dp.summaries.histogram import Grid
 
 __all__ = [
@@ -689,6 +693,89 @@ def take_options(
 # ----------------------------------------------------------------------------- transform
 
 
+class BatchGlobalRecordsFn(beam.DoFn):
+    """:class:`BatchRecordsFn` for the global window: one list per bundle (at the window's end,
+    as Beam's ``BatchElements`` emits there), without reading each element's window."""
+
+    def __init__(self, size: int = 0) -> None:
+        super().__init__()
+        self._size = size or RECORDS_PER_BATCH
+
+    def start_bundle(self) -> None:
+        self._records: list[Any] = []
+
+    def process(self, element: Any) -> Iterator[Any]:
+        if not _listed(element):
+            yield element  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
+            return
+        self._records.append(element)
+        if len(self._records) >= self._size:
+            records, self._records = self._records, []
+            yield records
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._records:
+            records, self._records = self._records, []
+            yield GlobalWindows.windowed_value_at_end_of_window(records)
+
+
+def _listed(element: Any) -> bool:
+    """Whether ``element`` is one record to put in a list: :func:`~beam_dp.batching.columns.
+    is_record`, not a heartbeat (``{}``); a plain dict is told apart by its first value that is
+    not a column (the same rule, without the abstract-class checks)."""
+    if type(element) is dict:
+        for value in element.values():
+            if not isinstance(value, COLUMN_TYPES):
+                return True  # the usual record: its first field holds one value
+            break
+        return any(not isinstance(value, COLUMN_TYPES) for value in element.values())
+    return is_record(element) and not (isinstance(element, Mapping) and not element)
+
+
+#: Records per list that :class:`BatchRecordsFn` hands to the encode step.
+RECORDS_PER_BATCH = 4096
+
+
+class BatchRecordsFn(beam.DoFn):
+    """One record per element (a dict, a ``beam.Row`` or other NamedTuple, a dataclass) into
+    lists of records, per window, within a bundle; every other element passes as it is.
+
+    The encode step reads a list of records as one batch (:func:`~beam_dp.batching.columns.
+    as_table`), and reads each record's fields alone (its type rule never looks at the other
+    records), so a record releases the same whatever list it lands in. A list keeps its
+    records' window and the latest of their timestamps (inside that window).
+    """
+
+    def __init__(self, size: int = RECORDS_PER_BATCH) -> None:
+        super().__init__()
+        check_positive_int(size, "size")
+        self._size = size
+
+    def start_bundle(self) -> None:
+        self._buffers: dict[Any, tuple[list[Any], Timestamp]] = {}
+
+    def process(
+        self,
+        element: Any,
+        window: Any = beam.DoFn.WindowParam,
+        timestamp: Any = beam.DoFn.TimestampParam,
+    ) -> Iterator[Any]:
+        if not _listed(element):
+            yield element  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
+            return
+        records, latest = self._buffers.get(window, ([], timestamp))
+        records.append(element)
+        self._buffers[window] = (records, max(latest, timestamp))
+        if len(records) >= self._size:
+            del self._buffers[window]
+            yield records  # the current element's window and timestamp
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        for window, (records, latest) in self._buffers.items():
+            yield WindowedValue(records, latest, (window,))
+        self._buffers = {}
+
+
 @dataclass(frozen=True, eq=False)
 class Built:
     """A transform's :class:`~beam_dp.beam._graph.Wiring` and the public facts about what it
@@ -720,6 +807,7 @@ class Built:
     spec: Any = None
 
 
+@beam.typehints.with_output_types(Release)
 class PrivateTransform(beam.PTransform):
     """Base of every ``.Globally`` / ``.PerKey`` transform: a :class:`Built` wiring.
 
@@ -778,7 +866,10 @@ class PrivateTransform(beam.PTransform):
                 "for one release; build one transform per input, each with its own share"
             )
         self._applied = True
-        return self._expand(pcoll)
+        windowed = not isinstance(pcoll.windowing.windowfn, GlobalWindows)
+        batch_fn = BatchRecordsFn() if windowed else BatchGlobalRecordsFn()
+        batched = pcoll | "BatchRecords" >> beam.ParDo(batch_fn)
+        return self._expand(batched)
 
     def _expand(self, pcoll: PCollection) -> PCollection:
         """The graph of this transform (what a family with more than one combine overrides)."""
