@@ -1,7 +1,9 @@
 """The streaming job (``python -m pipelines.stream``, issue 26) on Beam's FlinkRunner in
 streaming mode (embedded mini cluster, LOOPBACK), watching a real landing folder
 (``ReadExport(watch_interval)``: ``fileio.MatchContinuously``) while
-``python -m pipelines.land_shards`` drops the sample export's shards into it: each window is
+``python -m pipelines.land_shards`` drops the sample export's shards into it, one every 2 s for
+as long as the job runs (a window that no file lands in holds no input and releases nothing, so
+the shards must keep landing after the job's slow start on Flink): each window is
 published once, with its own run in the ledger. Bounded in time: the job stops itself after
 ``WINDOWS`` windows, or at the latest on a stop file written after ``DEADLINE`` seconds (the
 test then fails on the missing windows instead of hanging)."""
@@ -37,7 +39,7 @@ def test_the_stream_job_publishes_each_window_once_on_flink(
     lander = subprocess.Popen(
         [sys.executable, "-m", "pipelines.land_shards",
          "--source", str(REPO / "sample_data" / "survey" / "export-*.avro"),
-         "--landing", str(landing), "--every", "2", "--rounds", "6"],
+         "--landing", str(landing), "--every", "2", "--rounds", "100"],
         cwd=REPO, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     deadline = threading.Timer(DEADLINE, stop.touch)
