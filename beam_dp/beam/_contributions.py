@@ -29,12 +29,14 @@ import numpy.typing as npt
 from apache_beam.coders import Coder, PickleCoder
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection
+from apache_beam.runners.portability.portable_runner import PortableRunner
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import (
     BoundedWindow,
     FixedWindows,
     GlobalWindows,
     NonMergingWindowFn,
+    SlidingWindows,
     TimestampedValue,
     WindowFn,
 )
@@ -494,8 +496,10 @@ class AdmitWindowsFn(beam.DoFn):
 class _TaggedWindows(NonMergingWindowFn):
     """Assign each ``(window encoding, element)`` to the window it encodes.
 
-    The windowing strategy of what :class:`BoundContributions` outputs on windowed input:
-    the same windows as the input's (``windowfn``), restored after the global shuffle.
+    The windowing strategy of what :class:`BoundContributions` outputs on windowed input with
+    a window function that is not one of Beam's standard ones (:func:`restores_by_timestamp`):
+    the same windows as the input's (``windowfn``), restored after the global shuffle. It is a
+    Python ``WindowFn``, which only a Python runner can run (:func:`refuse_on_java_runner`).
     """
 
     def __init__(self, windowfn: WindowFn) -> None:
@@ -523,18 +527,99 @@ class _TaggedWindows(NonMergingWindowFn):
         return hash(self._windowfn)
 
 
+def restores_by_timestamp(windowfn: WindowFn) -> bool:
+    """Whether ``windowfn`` is one of Beam's standard window functions that assign a window
+    from the timestamp alone and put ``window.max_timestamp()`` back in ``window``
+    (``FixedWindows``, ``SlidingWindows``; exactly those types, not subclasses, whose
+    ``assign`` may differ). Every Beam runner knows them, the Java ones included."""
+    return type(windowfn) in (FixedWindows, SlidingWindows)
+
+
+def refuse_on_java_runner(pipeline: beam.Pipeline, windowfn: WindowFn) -> None:
+    """Refuse, when the pipeline is built, a window function only a Python runner can run.
+
+    Restoring windows with a custom (Python) ``WindowFn`` after the shuffle puts a PCollection
+    in a pickled Python window function, which Beam's portable runners (Flink, Spark, Prism,
+    Samza, ...: every :class:`PortableRunner`, whose job servers are not Python) reject when
+    the job is submitted. Refusing here fails before anything runs, with the reason.
+
+    Raises:
+        ValueError: naming the window function, the runner and the window functions that run
+            on every runner.
+    """
+    runner = getattr(pipeline, "runner", None)
+    if isinstance(runner, PortableRunner):
+        raise ValueError(
+            f"the input is windowed with {type(windowfn).__name__}, a custom window function, "
+            f"which {type(runner).__name__} cannot run (Beam's portable runners accept only "
+            "standard window functions); window the input with FixedWindows or SlidingWindows, "
+            "or run on the DirectRunner or Dataflow"
+        )
+
+
+class _AtWindowEnd(beam.DoFn):
+    """``(window encoding, element)`` with the timestamp ``window.max_timestamp()``: a
+    timestamp inside its own window, from which a standard ``WindowFn`` assigns it again."""
+
+    def __init__(self, coder: Coder) -> None:
+        super().__init__()
+        self._coder = coder
+
+    def process(self, element: tuple[_WindowTag, Any]) -> Iterator[TimestampedValue]:
+        window = self._coder.decode(element[0])
+        yield TimestampedValue(element, window.max_timestamp())
+
+
+class _KeepOwnWindow(beam.DoFn):
+    """``(window encoding, element)`` to ``element`` in the window it encodes only.
+
+    After a standard ``WindowFn`` assigned each element by its timestamp (inside its own
+    window), a sliding window function also put it in the other windows that overlap that
+    instant: only the copy in the encoded window is kept, so each element is in exactly its
+    own window, as before the shuffle (and never in a window it was not bounded in).
+    """
+
+    def __init__(self, coder: Coder) -> None:
+        super().__init__()
+        self._coder = coder
+
+    def process(
+        self, element: tuple[_WindowTag, Any], window: Any = beam.DoFn.WindowParam
+    ) -> Iterator[Any]:
+        tag, value = element
+        if self._coder.encode(window) == tag:
+            yield value
+
+
 def _drop_tag(element: tuple[_WindowTag, Any]) -> Any:
     return element[1]
 
 
 class RestoreWindows(beam.PTransform):
-    """``(window encoding, element)`` to ``element`` in the window it encodes."""
+    """``(window encoding, element)`` to ``element`` in the window it encodes.
+
+    With a standard window function (:func:`restores_by_timestamp`) the output is in
+    ``windowfn`` itself, which every runner knows: each element is stamped at its window's
+    ``max_timestamp()``, assigned by ``windowfn``, and kept in its own window only. With a
+    custom one the windows are restored by a Python ``WindowFn`` that reads the encoding
+    (:class:`_TaggedWindows`), refused on Beam's portable runners when the pipeline is built.
+    Either way the windowing strategy is ``WindowInto``'s default (trigger, no lateness).
+    """
 
     def __init__(self, windowfn: WindowFn) -> None:
         super().__init__()
         self._windowfn = windowfn
 
     def expand(self, pcoll: PCollection) -> PCollection:
+        if restores_by_timestamp(self._windowfn):
+            coder = self._windowfn.get_window_coder()
+            return (
+                pcoll
+                | "AtWindowEnd" >> beam.ParDo(_AtWindowEnd(coder))
+                | "IntoWindows" >> beam.WindowInto(self._windowfn)
+                | "KeepOwnWindow" >> beam.ParDo(_KeepOwnWindow(coder))
+            )
+        refuse_on_java_runner(pcoll.pipeline, self._windowfn)
         return (
             pcoll
             | "IntoOwnWindows" >> beam.WindowInto(_TaggedWindows(self._windowfn))

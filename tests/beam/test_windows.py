@@ -11,6 +11,8 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.coders.coders import IntervalWindowCoder
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
 from apache_beam.transforms import window
 
@@ -391,3 +393,102 @@ def test_max_windows_per_unit_above_one_in_the_global_window_is_refused() -> Non
         _ = rows | "Top" >> _top(max_windows_per_unit=2)
     with pytest.raises(ValueError, match="input is in the global window"):
         _ = rows | "Median" >> _median(max_windows_per_unit=2)
+
+
+# ------------------------------------------------------------- windows every runner can run
+
+PICKLED_WINDOW_FN = "beam:window_fn:pickled_python:v1"  # what Beam's Java runners reject
+
+
+class _Halves(window.NonMergingWindowFn):  # type: ignore[misc]
+    """A custom (Python) window function: [0, 5) and [5, 10^9)."""
+
+    def assign(self, context: window.WindowFn.AssignContext) -> list[window.IntervalWindow]:
+        if context.timestamp < 5:
+            return [window.IntervalWindow(0, 5)]
+        return [window.IntervalWindow(5, 10**9)]
+
+    def get_window_coder(self) -> Any:
+        return IntervalWindowCoder()
+
+
+def _window_fn_urns(pipeline: beam.Pipeline) -> set[str]:
+    proto = pipeline.to_runner_api()
+    return {strategy.window_fn.urn for strategy in proto.components.windowing_strategies.values()}
+
+
+@pytest.mark.parametrize("windowfn", [window.FixedWindows(10), window.SlidingWindows(10, 5)])
+@pytest.mark.parametrize("unbounded", [False, True])
+def test_standard_windows_stay_standard_through_every_transform(
+    windowfn: Any, unbounded: bool
+) -> None:
+    # Beam's Java runners (Flink, Spark) refuse a pipeline with any PCollection in a Python
+    # WindowFn: the bounded output is put back in the input's own WindowFn.
+    pipeline = beam.Pipeline()  # built, never run
+    rows = [{"u": ["a"], "c": ["a"], "v": [0.5]}]
+    source = test_stream.TestStream().add_elements(rows) if unbounded else beam.Create(rows)
+    data = pipeline | source | beam.WindowInto(windowfn)
+    bounded = (
+        data
+        | EncodeBatches(unit_column="u", value_column="v")
+        | BoundContributions(ContributionBounds(max_contributions_per_unit=1))
+    )
+    assert bounded.windowing.windowfn == windowfn
+    _ = data | "Top" >> _top()
+    _ = data | "Median" >> _median()
+    urns = _window_fn_urns(pipeline)
+    assert PICKLED_WINDOW_FN not in urns
+    assert windowfn.to_runner_api(None).urn in urns
+
+
+def test_sliding_windows_keep_each_row_in_its_own_windows(collect: Any) -> None:
+    # "a" at t=7 is in [0, 10) and [5, 15), "b" at t=12 in [5, 15) and [10, 20): with 2 windows
+    # per unit every row stays in both, once each (re-windowing by timestamp alone would also
+    # put the copy bounded in [0, 10) into [5, 15)).
+    rows = [
+        window.TimestampedValue({"u": ["a"], "v": [7.0]}, 7),
+        window.TimestampedValue({"u": ["b"], "v": [12.0]}, 12),
+    ]
+    found = collect(
+        lambda p: (
+            windowed(p, rows, window.SlidingWindows(size=10, period=5))
+            | EncodeBatches(unit_column="u", value_column="v")
+            | BoundContributions(
+                ContributionBounds(max_contributions_per_unit=1), max_windows_per_unit=2
+            )
+        )
+    )
+    kept = sorted(
+        (int(win.start), int(win.end), value)
+        for batch, win in found
+        for value in batch[VALUE].tolist()
+    )
+    assert kept == [(0, 10, 7.0), (5, 15, 7.0), (5, 15, 12.0), (10, 20, 12.0)]
+
+
+def test_a_custom_window_function_runs_on_the_direct_runner(collect: Any) -> None:
+    rows = [window.TimestampedValue({"u": ["a", "a"], "v": [1.0, 2.0]}, t) for t in (1, 7)]
+    found = collect(
+        lambda p: (
+            windowed(p, rows, _Halves())
+            | EncodeBatches(unit_column="u", value_column="v")
+            | BoundContributions(
+                ContributionBounds(max_contributions_per_unit=1), max_windows_per_unit=2
+            )
+        )
+    )
+    assert sorted((int(win.start), len(batch[VALUE])) for batch, win in found) == [(0, 1), (5, 1)]
+
+
+@pytest.mark.parametrize("runner", ["FlinkRunner", "SparkRunner", "PrismRunner"])
+def test_a_custom_window_function_is_refused_on_java_runners_when_built(runner: str) -> None:
+    options = PipelineOptions(["--runner", runner])
+    pipeline = beam.Pipeline(options=options)  # built, never run: no job server is started
+    data = (
+        pipeline | beam.Create([{"u": ["a"], "c": ["a"], "v": [0.5]}]) | beam.WindowInto(_Halves())
+    )
+    message = f"_Halves, a custom window function, which {runner} cannot run"
+    with pytest.raises(ValueError, match=message):
+        _ = data | "Top" >> _top()
+    with pytest.raises(ValueError, match=message):
+        _ = data | "Median" >> _median()

@@ -37,6 +37,7 @@ from engines_env import (
 GROUPS = {
     "test_flink_embedded.py": "flink-embedded",
     "test_flink_streaming.py": "flink-embedded",
+    "test_flink_stream_job.py": "flink-embedded",
     "test_flink_cluster.py": "flink-cluster",
     "test_flink_faults.py": "flink-cluster",
     "test_spark.py": "spark",

@@ -1,15 +1,17 @@
-"""The stateful per-unit window admission (beam_dp/beam/window_bounds.py) in streaming mode on
-Beam's FlinkRunner, with the streams of tests/beam/test_windows_streaming.py (``TestStream``s,
-run by Flink's streaming translation instead of Beam's BundleBasedDirectRunner). Parallelism 1
+"""The stateful per-unit window admission (``AdmitWindowsFn``, beam_dp/beam/_contributions.py)
+and the whole bounding step in streaming mode on Beam's FlinkRunner, with the streams of
+tests/beam/test_windows_streaming.py (``TestStream``s, run by Flink's streaming translation
+instead of Beam's BundleBasedDirectRunner). Parallelism 1
 keeps the stream's order up to the admission step: the order is what is tested (a unit keeps
 its first windows in arrival order).
 
 ``BoundContributions`` on unbounded input is TagWindow, the global window, the per-unit state
 (``AdmitWindowsFn``), then ``RestoreWindows``. The first test runs that stateful part on
-Flink. The whole transform does not run on Flink yet: ``RestoreWindows`` puts rows back in
-their windows with a Python ``WindowFn`` (``_TaggedWindows``), and Beam's Java runners reject
-any PCollection in one ("Unknown or unsupported WindowFn: beam:window_fn:pickled_python:v1");
-the second test holds that (strict xfail: it fails once the library no longer needs it).
+Flink; the others the whole transform, fixed and sliding windows: ``RestoreWindows`` puts rows
+back in their windows with the input's own (standard) ``WindowFn``, which Beam's Java runners
+know (a Python ``WindowFn`` there was rejected: "Unknown or unsupported WindowFn:
+beam:window_fn:pickled_python:v1"). A custom Python ``WindowFn`` is refused when the pipeline
+is built, before the job is submitted (tests/beam/test_windows.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import pytest
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
@@ -63,6 +64,7 @@ def run_stream_on_flink(
     directory: Path,
     stream: test_stream.TestStream,
     build: Callable[[Any], Any],
+    windowfn: Any = None,
 ) -> list[tuple[Any, Any]]:
     """``build(windowed stream)`` on FlinkRunner in streaming mode; its ``(element, window)``s."""
     options = PipelineOptions(
@@ -74,7 +76,7 @@ def run_stream_on_flink(
             pipeline
             | stream
             | "Unpickle" >> beam.Map(pickle.loads)
-            | "Windows" >> beam.WindowInto(window.FixedWindows(streaming.SIZE))
+            | "Windows" >> beam.WindowInto(windowfn or window.FixedWindows(streaming.SIZE))
         )
         assert not data.is_bounded
         _ = build(data) | DumpElements.into(directory)
@@ -116,28 +118,61 @@ def test_the_per_unit_window_state_admits_the_first_windows_in_arrival_order_on_
         assert [v for v in values if v != streaming.SPAM] == [float(index)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="RestoreWindows uses a Python WindowFn, which Beam's Java runners reject",
-)
 def test_bound_contributions_on_a_windowed_stream_on_flink(
     flink_embedded: str, tmp_path: Path
 ) -> None:
-    try:
-        run_stream_on_flink(
-            flink_embedded,
-            tmp_path / "out",
-            spam_stream(ORDER),
-            lambda data: (
-                data
-                | EncodeBatches(unit_column="u", value_column="v")
-                | BoundContributions(
-                    ContributionBounds(max_contributions_per_unit=1), max_windows_per_unit=2
-                )
-            ),
-        )
-    except RuntimeError as error:  # the known refusal only; anything else is a failure
-        if "beam:window_fn:pickled_python:v1" not in str(error):
-            raise AssertionError(f"failed otherwise: {str(error)[:500]}") from error
-        raise
+    found = run_stream_on_flink(
+        flink_embedded,
+        tmp_path / "out",
+        spam_stream(ORDER),
+        lambda data: (
+            data
+            | EncodeBatches(unit_column="u", value_column="v")
+            | BoundContributions(
+                ContributionBounds(max_contributions_per_unit=1), max_windows_per_unit=2
+            )
+        ),
+    )
+    kept: dict[int, list[float]] = {}
+    for batch, win in found:
+        assert isinstance(win, window.IntervalWindow)  # back in its own window
+        kept.setdefault(streaming.window_index(win), []).extend(batch[VALUE].tolist())
+    assert sorted(kept) == list(range(streaming.WINDOWS))  # every other unit's row survives
+    with_spam = {index for index, values in kept.items() if streaming.SPAM in values}
+    assert with_spam == set(ORDER[:2])  # the first 2 windows in arrival order, no others
+    for index, values in kept.items():
+        assert values.count(streaming.SPAM) == (1 if index in with_spam else 0)  # 1 row each
+        assert [v for v in values if v != streaming.SPAM] == [float(index)]
+
+
+def test_sliding_windows_keep_each_row_in_its_own_window_on_flink(
+    flink_embedded: str, tmp_path: Path
+) -> None:
+    """Unit "a" has one row at t = 7 s, in the sliding windows [0, 10) and [5, 15); unit "b"
+    one at t = 12 s, in [5, 15) and [10, 20). With ``max_windows_per_unit=2`` every row stays
+    in both of its windows, each exactly once (restoring by timestamp alone would put the
+    copy bounded in [0, 10) in [5, 15) too)."""
+    events = test_stream.TestStream(coder=coders.BytesCoder()).advance_watermark_to(0)
+    for unit, at in (("a", 7), ("b", 12)):
+        rows = {"u": [unit], "v": [float(at)]}
+        events = events.add_elements([window.TimestampedValue(pickle.dumps(rows), at)])
+    stream = events.advance_watermark_to_infinity().with_output_types(bytes)
+    found = run_stream_on_flink(
+        flink_embedded,
+        tmp_path / "out",
+        stream,
+        lambda data: (
+            data
+            | EncodeBatches(unit_column="u", value_column="v")
+            | BoundContributions(
+                ContributionBounds(max_contributions_per_unit=1), max_windows_per_unit=2
+            )
+        ),
+        window.SlidingWindows(size=streaming.SIZE, period=streaming.SIZE // 2),
+    )
+    rows = sorted(
+        (int(win.start), int(win.end), value)
+        for batch, win in found
+        for value in batch[VALUE].tolist()
+    )
+    assert rows == [(0, 10, 7.0), (5, 15, 7.0), (5, 15, 12.0), (10, 20, 12.0)]
