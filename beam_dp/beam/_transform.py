@@ -704,14 +704,21 @@ class BatchGlobalRecordsFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._records: list[Any] = []
 
-    def process(self, element: Any) -> Iterator[Any]:
-        if not _listed(element):
-            yield element  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
-            return
-        self._records.append(element)
-        if len(self._records) >= self._size:
-            records, self._records = self._records, []
-            yield records
+    def process(self, element: Any) -> Iterable[Any]:
+        # Not a generator, and a plain dict whose first field holds one value is a record at
+        # once: per-record input pays one call per record here, as little as it can.
+        if not (
+            type(element) is dict
+            and element
+            and not isinstance(next(iter(element.values())), COLUMN_TYPES)
+        ) and not _listed(element):
+            return (element,)  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
+        records = self._records
+        records.append(element)
+        if len(records) < self._size:
+            return ()
+        self._records = []
+        return (records,)
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._records:
