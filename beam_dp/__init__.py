@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from beam_dp.io.schema import ColumnResolution as ColumnResolution
     from beam_dp.io.schema import column_resolution as column_resolution
     from beam_dp.io.schema import combine_resolutions as combine_resolutions
+    from beam_dp.io.write_releases import WriteReleases as WriteReleases
     from beam_dp.release import Release as Release
     from beam_dp.release import ledger_entries_to_record as ledger_entries_to_record
     from beam_dp.scores import Revenue as Revenue
@@ -95,6 +96,7 @@ __all__ = [
     "SelectCandidates",
     "SkippedFile",
     "TopCandidates",
+    "WriteReleases",
     "check_relation",
     "chosen_bound",
     "column_resolution",
@@ -147,6 +149,7 @@ _WHERE = {
     "ReleaseRows": "beam_dp.io.release_rows",
     "ReleaseRecords": "beam_dp.io.release_rows",
     "ReleaseRow": "beam_dp.io.release_rows",
+    "WriteReleases": "beam_dp.io.write_releases",
     "ColumnResolution": "beam_dp.io.schema",
     "column_resolution": "beam_dp.io.schema",
     "combine_resolutions": "beam_dp.io.schema",

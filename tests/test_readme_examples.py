@@ -49,3 +49,5 @@ def test_the_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with open(avro, "rb") as handle:
         (record,) = list(fastavro.reader(handle))
     assert record["name"] == "top_candidates" and record["value_text"] in ("a.com", "b.com")
+    written = sorted(p.name for p in (tmp_path / "out" / "run-1").iterdir())
+    assert written == ["release.avro", "release.json", "report.html"]
