@@ -159,7 +159,8 @@ class _QuantileArgs(GridOptions, total=False):
 
 class QuantileOptions(_QuantileArgs, PrivateOptions, total=False):
     """Keyword options of the quantile ``.Globally`` transforms (``epsilon``: a float or a
-    share of mechanism ``method`` with ``rounds`` equal to ``transform.plan.rounds``)."""
+    share of mechanism ``method`` with ``rounds`` equal to ``transform.rounds``: the
+    quantiles' rounds and two per quantile for its interval)."""
 
 
 class QuantilePerKeyOptions(_QuantileArgs, PerKeyOptions, total=False):
