@@ -237,8 +237,9 @@ def test_a_cdf_quantile_interval_holds_the_data_quantile_when_the_ks_bound_does(
         counts = np.maximum.accumulate(np.round(noisy * k).astype(int))
         counts[-1] = k
         distance += 1 / (2 * k)  # rounding to k points
-        steps = [float(g) for g, c, prev in zip(grid.points, counts, [0, *counts[:-1]]) if c > prev]
-        kept = [int(c) for c, prev in zip(counts, [0, *counts[:-1]]) if c > prev]
+        before = [0, *counts[:-1]]
+        steps = [float(g) for g, c, p in zip(grid.points, counts, before, strict=True) if c > p]
+        kept = [int(c) for c, p in zip(counts, before, strict=True) if c > p]
         value = CDFValue(
             points=(), steps=tuple(steps), counts=tuple(kept), quantiles=(), lower=0.0,
             upper=5.0, k=k, n_hat=data.size, count_released=False,
@@ -264,7 +265,7 @@ def test_the_cdf_release_carries_its_quantiles_intervals_at_no_epsilon(
             quantiles=[0.1, 0.5, 0.9],
             n=VALUES.size,
             k=400,
-        ),  # fmt: skip
+        ),
         _batches(VALUES),
     )
     interval = release.interval
