@@ -35,6 +35,16 @@ ks_distance         CDF: ``max_x |F_released(x) - F_data(x)|`` (a cumulative fra
                     ``F_data`` the empirical CDF of the values kept after bounding, snapped to
                     the public grid (see :func:`cdf_statement`)
 ==================  ==========================================================================
+
+Quantile intervals
+------------------
+Every quantile release (quantiles, median, min, max, and the quantiles read from a CDF) also
+carries a :class:`ReleaseInterval`: for each quantile ``[lower, upper]`` in the column's units
+that holds the data's own alpha-quantile (of the values kept after bounding) with probability
+at least ``confidence`` over the mechanism's randomness, all quantiles at once. ``to_dict()``
+writes it as ``interval`` (``lower`` and ``upper`` shaped as ``value``: one number for one
+quantile, a list for several), with the epsilon (and rho) it took out of the release's: the
+release's own ``epsilon`` stays the total it spent.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from beam_dp.mechanisms import score_loss_bound
 __all__ = [
     "AccuracyStatement",
     "Release",
+    "ReleaseInterval",
     "bound_notes",
     "cdf_statement",
     "ledger_entries_to_record",
@@ -450,6 +461,68 @@ def cdf_statement(
 
 
 @dataclass(frozen=True)
+class ReleaseInterval:
+    """The randomization intervals of a quantile release, in the column's units.
+
+    Attributes:
+        quantiles: the alphas, in the release's order.
+        lower, upper: each quantile's interval ends (value units).
+        confidence: every interval holds its data quantile, all at once, with at least this
+            probability over the mechanism's randomness.
+        method: how they were made (``"rank_bracket"``:
+            :mod:`beam_dp.summaries.quantiles.intervals`; ``"ks_band"``: read from a released
+            CDF and its KS bound, :mod:`beam_dp.beam.cdf`).
+        epsilon: the epsilon the intervals took out of the release's (0 for post-processing).
+        rho: under zCDP, the rho they took out of the release's; else None.
+        share: the share of the release's budget they took (None for post-processing).
+        scalar: whether the release's value is one number (then ``lower`` and ``upper`` are
+            written as numbers, not lists).
+
+    Privacy:
+        Released values (selections inside the release's budget, or post-processing of it).
+    """
+
+    quantiles: tuple[float, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    confidence: float
+    method: str
+    epsilon: float
+    rho: float | None = None
+    share: float | None = None
+    scalar: bool = False
+
+    def __post_init__(self) -> None:
+        if not len(self.quantiles) == len(self.lower) == len(self.upper) >= 1:
+            raise ValueError("an interval needs one lower and one upper end per quantile")
+        if self.scalar and len(self.quantiles) != 1:
+            raise ValueError("a scalar interval has one quantile")
+        for lo, hi in zip(self.lower, self.upper, strict=True):
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+                raise ValueError("interval ends must be finite with lower <= upper")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``interval`` object of ``release.json``."""
+
+        def shaped(ends: tuple[float, ...]) -> float | list[float]:
+            return float(ends[0]) if self.scalar else [float(x) for x in ends]
+
+        out: dict[str, Any] = {
+            "lower": shaped(self.lower),
+            "upper": shaped(self.upper),
+            "confidence": float(self.confidence),
+            "method": self.method,
+            "quantiles": [float(q) for q in self.quantiles],
+            "epsilon": float(self.epsilon),
+        }
+        if self.rho is not None:
+            out["rho"] = float(self.rho)
+        if self.share is not None:
+            out["share"] = float(self.share)
+        return out
+
+
+@dataclass(frozen=True)
 class Release:
     """One published value and its ledger entry.
 
@@ -465,6 +538,7 @@ class Release:
         notes: sentences about the released value a reader must not miss, computed from the
             value and public parameters only (post-processing): a value released at a public
             bound says that the data may extend beyond it (:func:`bound_notes`).
+        interval: for a quantile release, its randomization intervals (None otherwise).
     """
 
     value: Any
@@ -474,6 +548,7 @@ class Release:
     rng_secure: bool = True
     statement: AccuracyStatement | None = None
     notes: tuple[str, ...] = ()
+    interval: ReleaseInterval | None = None
 
     @property
     def name(self) -> str:
@@ -505,6 +580,8 @@ class Release:
             "statistic": entry.pop("statistic"),
             "value": _jsonable(self.value),
         }
+        if self.interval is not None:
+            out["interval"] = self.interval.to_dict()
         if self.key is not None:
             out["key"] = _jsonable(self.key)
         if self.window is not None:
@@ -547,6 +624,7 @@ def make_release(
     window: str | None = None,
     rng_secure: bool = True,
     notes: Sequence[str] = (),
+    interval: ReleaseInterval | None = None,
 ) -> Release:
     """Build a release whose ledger carries the utility guarantee at ``confidence``.
 
@@ -596,6 +674,7 @@ def make_release(
         rng_secure=rng_secure,
         statement=statement,
         notes=tuple(notes),
+        interval=interval,
     )
 
 

@@ -192,8 +192,8 @@ class Ours:
 
 #: beam-dp's variants: (interval share, relation).
 OURS = (
-    (DEFAULT_INTERVAL_FRACTION, "replace"),
-    (Fraction(1, 3), "replace"),
+    (Fraction(1, 2), "replace"),
+    (DEFAULT_INTERVAL_FRACTION, "replace"),  # 1/3, the transforms' default
     (Fraction(1), "replace"),
     (DEFAULT_INTERVAL_FRACTION, "add_remove"),
 )

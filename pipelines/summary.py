@@ -26,12 +26,86 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _shown_cdf(value: dict[str, Any]) -> str:
-    """A released CDF in one cell: its size and the quantiles read from it."""
+def _shown_cdf(value: dict[str, Any], interval: dict[str, Any] | None = None) -> str:
+    """A released CDF in one cell: its size and the quantiles read from it (with their
+    intervals when the release carries them)."""
     quantiles = value.get("quantiles") or {}
-    read = ", ".join(f"q{alpha}={_shown(x)}" for alpha, x in quantiles.items())
+    ends = _interval_ends(interval)
+    read = ", ".join(
+        f"q{alpha}={_shown(x)}" + (f" {_bracket(*ends[i])}" if ends else "")
+        for i, (alpha, x) in enumerate(quantiles.items())
+    )
     head = f"CDF of {len(value['points'])} synthetic points"
+    if read and ends:
+        read += f" at {_percent(interval)}"
     return f"{head}: {read}" if read else head
+
+
+def _interval_ends(interval: dict[str, Any] | None) -> list[tuple[float, float]]:
+    """The ``(lower, upper)`` of each quantile of a release's ``interval`` (none: [])."""
+    if not isinstance(interval, dict):
+        return []
+    lower, upper = interval.get("lower"), interval.get("upper")
+    lowers = lower if isinstance(lower, list) else [lower]
+    uppers = upper if isinstance(upper, list) else [upper]
+    return [(float(lo), float(hi)) for lo, hi in zip(lowers, uppers, strict=True)]
+
+
+def _bracket(lower: float, upper: float) -> str:
+    return f"[{_shown(lower)}, {_shown(upper)}]"
+
+
+def _percent(interval: dict[str, Any] | None) -> str:
+    confidence = float((interval or {}).get("confidence", 0.95))
+    return f"{confidence * 100:g}%"
+
+
+def _shown_release(release: dict[str, Any]) -> str:
+    """A released value for the table, led by its interval when it has one:
+    ``5.16 [5.09, 5.22] at 95%``."""
+    value, interval = release["value"], release.get("interval")
+    if isinstance(value, dict) and "points" in value and "cdf" in value:
+        return _shown_cdf(value, interval)
+    ends = _interval_ends(interval)
+    numbers = value if isinstance(value, list) else [value]
+    if ends and len(ends) == len(numbers):
+        shown = ", ".join(
+            f"{_shown(v)} {_bracket(lo, hi)}" for v, (lo, hi) in zip(numbers, ends, strict=True)
+        )
+        return f"{shown} at {_percent(interval)}"
+    return ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
+
+
+def _print_intervals(releases: Sequence[dict[str, Any]], out: Any) -> None:
+    """Every quantile's interval in full, one line per release (the table may cut them)."""
+    lines = []
+    for r in releases:
+        ends = _interval_ends(r.get("interval"))
+        if not ends:
+            continue
+        interval = r["interval"]
+        alphas = interval.get("quantiles") or [None] * len(ends)
+        value = r["value"]
+        if isinstance(value, dict) and "quantiles" in value:
+            points = list((value.get("quantiles") or {}).values())
+        else:
+            points = value if isinstance(value, list) else [value]
+        parts = "; ".join(
+            f"q{alpha:g} = {_shown(point)} {_bracket(lo, hi)}"
+            for alpha, point, (lo, hi) in zip(alphas, points, ends, strict=True)
+        )
+        label = r["name"] if r.get("key") is None else f"{r['name']} [{r['key']}]"
+        lines.append(f"{label}: {parts} ({interval.get('method')})")
+    if not lines:
+        return
+    print(
+        "\nintervals (each holds the data's quantile with the stated probability over the "
+        "mechanism's randomness, all of a release's at once):",
+        file=out,
+    )
+    for line in lines:
+        for piece in textwrap.wrap(line, width=100, initial_indent="  ", subsequent_indent="    "):
+            print(piece, file=out)
 
 
 # The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
@@ -162,8 +236,7 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
     out = file if file is not None else sys.stdout
     rows = [("name", "key", "released value", "epsilon", _accuracy_header(document["releases"]))]
     for r in document["releases"]:
-        value = r["value"]
-        shown = ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
+        shown = _shown_release(r)
         rows.append(
             (
                 r["name"],
@@ -180,6 +253,7 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
         print("  ".join(cells).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)
+    _print_intervals(document["releases"], out)
     _print_notes(document["releases"], out)
     _print_descriptions(document["releases"], out)
     _print_chosen_bounds(document["releases"], out)

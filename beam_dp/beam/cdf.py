@@ -55,6 +55,10 @@ Public rules and privacy (units, keys, windows and the budget division:
   when ``n̂`` is released); the statement's sentence reads "the released CDF is within D of the
   data's CDF at every point" (:func:`beam_dp.release.cdf_statement`). A quantile read from the
   release has a data CDF value within the same D of its alpha.
+* **Quantile intervals** (post-processing, no ε): each quantile read from the release carries
+  ``[lower, upper]`` in the column's units that holds the data's own alpha-quantile whenever the
+  KS bound holds, so with probability at least ``confidence``, all quantiles at once
+  (:func:`ks_quantile_interval`, method ``"ks_band"``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar, Unpack
+
+import numpy as np
 
 from beam_dp._validation import check_positive_int, check_probability_open, to_fraction
 from beam_dp.accounting import LedgerEntry
@@ -87,7 +93,7 @@ from beam_dp.mechanisms.cdf import (
     release_ks_cdf,
 )
 from beam_dp.mechanisms.cdf.params import check_count_parameter, check_size
-from beam_dp.release import Release, bound_notes, cdf_statement
+from beam_dp.release import Release, ReleaseInterval, bound_notes, cdf_statement
 from beam_dp.summaries.histogram import Grid, GridHistogram
 from beam_dp.summaries.quantiles import parse_quantiles
 
@@ -100,6 +106,7 @@ __all__ = [
     "CDFSpec",
     "CDFValue",
     "PrivateCDF",
+    "ks_quantile_interval",
 ]
 
 #: Default grid size (uniform over ``[lower, upper]``): the KS mechanism's cost grows about
@@ -244,6 +251,53 @@ class CDFValue(Mapping[str, Any]):
         return len(self._KEYS)
 
 
+# --------------------------------------------------------------------- quantile intervals
+
+
+#: The name a CDF release records for its quantiles' intervals.
+KS_INTERVAL_METHOD = "ks_band"
+
+
+def ks_quantile_interval(
+    value: CDFValue, grid: Grid, alpha: float | Fraction, distance: float
+) -> tuple[float, float]:
+    """``[lower, upper]`` holding the data's alpha-quantile when the CDF is within ``distance``.
+
+    With ``F`` the released step CDF and ``D = distance``: ``lower`` is the largest grid point
+    ``g`` with ``F(g) < alpha - D`` (``value.lower`` when there is none) and ``upper`` the
+    smallest grid point ``h`` with ``F(h) > alpha + D`` (``value.upper`` when there is none or
+    when ``h`` is the last grid point). Post-processing of the release and public parameters.
+
+    Coverage (on the event ``|F(g) - N_g / N| <= D`` at every grid point ``g``, with ``N_g``
+    the values snapped up to the grid that are ``<= g``, which the KS bound gives at its
+    confidence): snapping up keeps a value ``x`` at or below a grid point ``g`` exactly when
+    ``x <= g``, so ``N_g = #(x <= g)`` for every grid point but the last (which also counts the
+    values above it). (1) ``F(lower) < alpha - D`` gives ``#(x <= lower) < alpha N``, so the
+    smallest alpha-quantile ``x_(ceil(alpha N))`` is above ``lower`` (a last grid point never
+    qualifies: there ``N_g / N = 1``). (2) ``F(h) > alpha + D`` gives ``#(x <= h) > alpha N >=
+    floor(alpha N)`` for ``h`` not last, so the largest one ``x_(floor(alpha N) + 1)`` is at or
+    below ``upper``; otherwise ``upper`` is the clamping bound, above every value. Every
+    alpha-quantile of the data ``[x_(ceil(alpha N)), x_(floor(alpha N) + 1)]`` is inside.
+    The quantile read from the release (the first step with ``F >= alpha``) is inside too.
+    """
+    check_probability_open(alpha, "alpha")
+    target = float(alpha)
+    points = np.asarray(grid.points, dtype=np.float64)
+    steps = np.asarray(value.steps, dtype=np.float64)
+    counts = np.asarray(value.counts, dtype=np.float64)
+    # F at every grid point: the counts of the last step at or below it, over k.
+    index = np.searchsorted(steps, points, side="right") - 1
+    at = np.where(index >= 0, counts[np.maximum(index, 0)], 0.0) / value.k
+    below = np.flatnonzero(at < target - distance)
+    lower = float(points[below[-1]]) if below.size else value.lower
+    above = np.flatnonzero(at > target + distance)
+    upper = value.upper
+    if above.size and above[0] < points.size - 1:
+        upper = float(points[above[0]])
+    read = value.quantile(alpha)
+    return min(lower, read), max(upper, read)
+
+
 # ------------------------------------------------------------------------------- the spec
 
 
@@ -328,8 +382,27 @@ class CDFSpec:
             lower=self.grid.lower,
             upper=self.grid.upper,
         )
+        interval = None
+        if value.quantiles:
+            ends = [
+                ks_quantile_interval(value, self.grid, alpha, ks.ks_bound)
+                for alpha in self.quantiles
+            ]
+            interval = ReleaseInterval(
+                quantiles=tuple(float(alpha) for alpha in self.quantiles),
+                lower=tuple(lo for lo, _ in ends),
+                upper=tuple(hi for _, hi in ends),
+                confidence=self.confidence,
+                method=KS_INTERVAL_METHOD,
+                epsilon=0.0,  # post-processing of the release and its public bound
+            )
         return Release(
-            value=value, ledger=entry, rng_secure=ks.secure, statement=statement, notes=notes
+            value=value,
+            ledger=entry,
+            rng_secure=ks.secure,
+            statement=statement,
+            notes=notes,
+            interval=interval,
         )
 
 

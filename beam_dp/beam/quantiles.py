@@ -15,16 +15,28 @@ epsilon fixed before any data is read) and the transforms. What every grid stati
 (the grid options, the histogram, the release record, ``"auto"`` bounds) is
 :mod:`beam_dp.beam._grid`; the construction path :mod:`beam_dp.beam._transform`.
 
-Privacy: only grid points are released, each quantile's selection at its part of the release's
-epsilon (:func:`~beam_dp.summaries.quantiles.plan_quantiles`); coarse to fine spends
+Privacy: only grid points (and the clamping bounds, as interval ends) are released, each
+quantile's selection at its part of the release's epsilon
+(:func:`~beam_dp.summaries.quantiles.plan_quantiles`); coarse to fine spends
 ``refine_fraction`` of it on the coarse cells. Each release states ``rank_error``, the bound
 on ``|rank(output) - alpha N|`` beyond the best grid point's at ``confidence``
 (:func:`beam_dp.release.quantile_statement`). Units, keys and windows:
 ``docs/privacy_rules.md``.
+
+Intervals (default on, ``interval=False`` turns them off): every release also carries, for each
+quantile, ``[lower, upper]`` in the column's units that holds the data's own alpha-quantile
+with probability at least ``confidence`` over the mechanism, all quantiles at once
+(:mod:`beam_dp.summaries.quantiles.intervals`, method ``"rank_bracket"``). They are drawn in
+the same ``extract_output`` from the same merged histogram as the quantiles (no second pass),
+with ``interval_share`` (default 1/3) of the release's budget taken out of it, never on top:
+the release's epsilon (rho) is the total it spends
+(:func:`~beam_dp.summaries.quantiles.intervals.split_interval_budget`), and the transform's
+``rounds`` counts the interval's ``2 m`` selections with the quantiles' rounds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +47,7 @@ import apache_beam as beam
 from apache_beam.pvalue import AsDict, PCollection
 
 from beam_dp._validation import check_positive_int, check_probability_open
+from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.beam._grid import (
     AutoBoundSpec,
     GridHistogramFn,
@@ -53,7 +66,8 @@ from beam_dp.beam._transform import (
     PrivateTransform,
     divide_budget,
 )
-from beam_dp.release import Release, bound_notes, quantile_statement
+from beam_dp.release import Release, ReleaseInterval, bound_notes, quantile_statement
+from beam_dp.summaries.contribution_bounds import BoundChoice
 from beam_dp.summaries.histogram import MAX_GRID_POINTS, Grid, GridHistogram
 from beam_dp.summaries.quantiles import (
     DEFAULT_REFINE_FRACTION,
@@ -70,6 +84,16 @@ from beam_dp.summaries.quantiles import (
     refine_grid,
     select_cells,
     select_quantiles,
+)
+from beam_dp.summaries.quantiles.intervals import (
+    DEFAULT_INTERVAL_FRACTION,
+    INTERVAL_METHOD,
+    IntervalBudget,
+    IntervalPlan,
+    IntervalRelease,
+    intervals_for_plan,
+    select_intervals,
+    split_interval_budget,
 )
 
 __all__ = [
@@ -116,17 +140,27 @@ class _QuantileArgs(GridOptions, total=False):
             inside each chosen cell, with the rest. It costs a second read of the input and
             hurts on sparse data (measured: benchmarks/RESULTS.md).
         refine_fraction, refine_points: see ``refine``.
+        interval: whether each release carries its quantiles' randomization intervals
+            (default True; module docstring). False gives the whole budget to the quantiles.
+        interval_share: the intervals' share of each release's budget (of epsilon; of rho
+            under zCDP), strictly between 0 and 1 (default 1/3,
+            :data:`~beam_dp.summaries.quantiles.intervals.DEFAULT_INTERVAL_FRACTION`: at 1/3
+            the median's error grows about 1.5 times against the whole epsilon; measured in
+            benchmarks/RESULTS.md, "Quantile intervals").
     """
 
     split: str
     refine: bool
     refine_fraction: float
     refine_points: int | None
+    interval: bool
+    interval_share: float
 
 
 class QuantileOptions(_QuantileArgs, PrivateOptions, total=False):
     """Keyword options of the quantile ``.Globally`` transforms (``epsilon``: a float or a
-    share of mechanism ``method`` with ``rounds`` equal to ``transform.plan.rounds``)."""
+    share of mechanism ``method`` with ``rounds`` equal to ``transform.rounds``: the
+    quantiles' rounds and two per quantile for its interval)."""
 
 
 class QuantilePerKeyOptions(_QuantileArgs, PerKeyOptions, total=False):
@@ -139,7 +173,12 @@ class QuantilePerKeyOptions(_QuantileArgs, PerKeyOptions, total=False):
 
 @dataclass(frozen=True, kw_only=True)
 class QuantileSpec(GridReleaseSpec):
-    """Everything a quantile release needs after the merge (public; fixed at construction)."""
+    """Everything a quantile release needs after the merge (public; fixed at construction).
+
+    ``interval`` is the plan of the release's intervals and ``interval_budget`` how the
+    release's budget is shared with them (None with ``interval=False``); with an ``"auto"``
+    bound, ``intervals_at`` holds both at every candidate bound (:meth:`for_choice`).
+    """
 
     statistic: str
     grid: Grid
@@ -147,11 +186,86 @@ class QuantileSpec(GridReleaseSpec):
     cell_plan: CellPlan | None
     refine_points: int
     scalar: bool
+    interval: IntervalPlan | None = None
+    interval_budget: IntervalBudget | None = None
+    intervals_at: Mapping[int, tuple[IntervalPlan, IntervalBudget]] | None = None
+
+    def for_choice(self, choice: BoundChoice) -> QuantileSpec:
+        chosen = super().for_choice(choice)
+        if self.intervals_at is None:
+            return chosen
+        plan, budget = self.intervals_at[choice.bound]
+        return dataclasses.replace(chosen, interval=plan, interval_budget=budget)
+
+    def interval_on(self, grid: Grid) -> IntervalPlan | None:
+        """The interval plan on ``grid``: the fine grid of coarse to fine, a public output of
+        the coarse pass, has its own candidates (and so its own shifts)."""
+        if self.interval is None or grid is self.grid:
+            return self.interval
+        assert self.interval_budget is not None
+        return intervals_for_plan(
+            self.plan,
+            grid,
+            epsilon=self.interval_budget.interval_epsilon,
+            confidence=self.interval.confidence,
+        )
 
     def release_merged(self, accumulator: GridHistogram) -> Release:
-        return self.release(select_quantiles(accumulator, self.grid, self.plan, rng=self.rng))
+        return self.release_on(accumulator, self.grid)
 
-    def release(self, selection: QuantileSelection) -> Release:
+    def release_on(
+        self, accumulator: GridHistogram, grid: Grid, coarse: CellSelection | None = None
+    ) -> Release:
+        """The quantiles of one merged histogram on ``grid`` and their intervals, drawn from the
+        same histogram (after the quantiles: each interval is widened to hold its value)."""
+        selection = select_quantiles(accumulator, grid, self.plan, rng=self.rng)
+        if coarse is not None:
+            selection = combine_passes(coarse, selection)
+        plan = self.interval_on(grid)
+        intervals = None
+        if plan is not None:
+            intervals = select_intervals(
+                accumulator, grid, plan, list(selection.values), rng=self.rng
+            )
+        return self.release(selection, intervals)
+
+    def _recorded_interval(self, intervals: IntervalRelease) -> ReleaseInterval:
+        budget = self.interval_budget
+        assert budget is not None
+        return ReleaseInterval(
+            quantiles=tuple(float(item.alpha) for item in intervals.intervals),
+            lower=tuple(item.lower for item in intervals.intervals),
+            upper=tuple(item.upper for item in intervals.intervals),
+            confidence=intervals.confidence,
+            method=INTERVAL_METHOD,
+            epsilon=float(budget.interval_epsilon),
+            rho=None if budget.interval_rho is None else float(budget.interval_rho),
+            share=float(budget.share),
+            scalar=self.scalar,
+        )
+
+    def _interval_sentence(self, intervals: IntervalRelease) -> str:
+        """The intervals in words (public parameters only: the same for every key)."""
+        budget = self.interval_budget
+        assert budget is not None
+        which = "its quantile" if len(intervals.intervals) > 1 else "the quantile"
+        spent = (
+            f"rho {float(budget.interval_rho):.3g} of the release's rho"
+            if budget.interval_rho is not None
+            else f"epsilon {float(budget.interval_epsilon):.3g} of the release's "
+            f"{float(budget.epsilon):.3g}"
+        )
+        return (
+            f"With probability {intervals.confidence:g} over the mechanism's randomness, every "
+            f"released interval [lower, upper] holds {which} of the values kept after bounding, "
+            "all at once (a randomization interval, in the values' units; the sampling error "
+            f"of a population quantile is not in it). The intervals took {spent}; the rank "
+            "bound that follows is the quantiles' own, at the rest."
+        )
+
+    def release(
+        self, selection: QuantileSelection, intervals: IntervalRelease | None = None
+    ) -> Release:
         extra = {
             "score_loss": selection.score_loss,
             "rank_error": selection.rank_error,
@@ -159,12 +273,28 @@ class QuantileSpec(GridReleaseSpec):
         }
         if selection.fine_rank_error is not None:
             extra["fine_rank_error"] = selection.fine_rank_error
+        if intervals is not None and self.interval_budget is not None:
+            # The quantiles' own part of the release's budget (the rank bounds are stated at it).
+            extra["epsilon_quantiles"] = float(self.interval_budget.quantile_epsilon)
         value: Any = selection.values[0] if self.scalar else list(selection.values)
         named = {"median": "the median", "min": "the minimum", "max": "the maximum"}
         released = [
             (named.get(self.statistic, f"the {float(alpha):g}-quantile"), point)
             for alpha, point in zip(self.plan.quantiles, selection.values, strict=True)
         ]
+        statement = quantile_statement(
+            [float(q) for q in self.plan.quantiles],
+            rank_error=selection.rank_error,
+            confidence=self.confidence,
+            several_rounds=self.plan.split in ("recursive", "joint"),
+            pairs=any(node.second_target is not None for node in self.plan.nodes),
+            two_pass=self.cell_plan is not None,
+        )
+        if intervals is not None:
+            statement = dataclasses.replace(
+                statement,
+                description=f"{self._interval_sentence(intervals)} {statement.description}",
+            )
         return self.record(
             selection,
             statistic=self.statistic,
@@ -173,14 +303,8 @@ class QuantileSpec(GridReleaseSpec):
             rounds=selection.rounds,
             notes=bound_notes(released, lower=self.grid.lower, upper=self.grid.upper),
             extra_accuracy=extra,
-            statement=quantile_statement(
-                [float(q) for q in self.plan.quantiles],
-                rank_error=selection.rank_error,
-                confidence=self.confidence,
-                several_rounds=self.plan.split in ("recursive", "joint"),
-                pairs=any(node.second_target is not None for node in self.plan.nodes),
-                two_pass=self.cell_plan is not None,
-            ),
+            statement=statement,
+            interval=None if intervals is None else self._recorded_interval(intervals),
         )
 
 
@@ -303,8 +427,7 @@ class FineCombineFn(beam.CombineFn):
         if coarse is None or histogram is None:  # pragma: no cover - every key gets a marker
             raise RuntimeError("the fine pass received no coarse outcome")
         grid = refine_grid(spec.grid, coarse.cells, spec.refine_points)
-        fine = select_quantiles(histogram, grid, spec.plan, rng=spec.rng)
-        return spec.release(combine_passes(coarse, fine))
+        return spec.release_on(histogram, grid, coarse)
 
 
 # ------------------------------------------------------------------------------ construction
@@ -334,11 +457,14 @@ def _plan_quantiles(
     refine: bool = False,
     refine_fraction: float = DEFAULT_REFINE_FRACTION,
     refine_points: int | None = None,
+    interval: bool = True,
+    interval_share: float | Fraction | None = None,
 ) -> Built:
     """Every plan and epsilon of a quantile release, from public options only.
 
-    The rounds come from the quantiles and the split alone; the budget share is divided over
-    the keys and windows one unit reaches; the plan is one pass, or the coarse and fine passes
+    The rounds come from the quantiles, the split and the interval alone; the budget share is
+    divided over the keys and windows one unit reaches, then between the quantiles and their
+    intervals (:func:`_interval_split`); the plan is one pass, or the coarse and fine passes
     of ``refine=True``, or with an ``"auto"`` bound one plan per candidate bound
     (:func:`~beam_dp.beam._grid.auto_bound_spec`).
     """
@@ -346,6 +472,7 @@ def _plan_quantiles(
     parsed = parse_quantiles(quantiles)
     if not isinstance(refine, bool):
         raise TypeError(f"'refine' must be a bool; received {refine!r}")
+    share = _check_interval(interval, interval_share)
     distinct = len(set(parsed))
     fine_points = 0
     if refine:
@@ -359,10 +486,31 @@ def _plan_quantiles(
             )
     elif refine_points is not None:
         raise ValueError("'refine_points' applies only with refine=True")
-    rounds = quantile_rounds(parsed, split)  # the quantiles and the split decide them
+    # The quantiles, the split and the interval decide them: two ends per distinct quantile.
+    own_rounds = quantile_rounds(parsed, split)
+    rounds = quantile_rounds(parsed, split, interval=share is not None)
+    interval_rounds = rounds - own_rounds
     budget = options.budget(statistic, rounds=rounds)
     release = options.per_release(budget, values.record_level)  # one key in one window
-    epsilon = Fraction(release.epsilon)
+
+    def divided(release_epsilon: Fraction) -> IntervalBudget | None:
+        if share is None:
+            return None
+        rate = None if release.rho is None else ZCDP_RATE[privacy_kind(options.method)]
+        return split_interval_budget(
+            release_epsilon,
+            share=share,
+            quantile_rounds=own_rounds,
+            interval_rounds=interval_rounds,
+            zcdp_rate=rate,
+        )
+
+    def own_part(release_epsilon: Fraction) -> Fraction:
+        parts = divided(release_epsilon)
+        return release_epsilon if parts is None else parts.quantile_epsilon
+
+    interval_budget = divided(Fraction(release.epsilon))
+    epsilon = own_part(Fraction(release.epsilon))
     plan_options: dict[str, Any] = {
         "relation": options.relation,
         "max_contributions": values.max_contributions,
@@ -372,6 +520,8 @@ def _plan_quantiles(
     }
     cell_plan = None
     auto: AutoBoundSpec | None = None
+    interval_plan: IntervalPlan | None = None
+    intervals_at: dict[int, tuple[IntervalPlan, IntervalBudget]] | None = None
     if refine and values.auto is not None:
         option = "max_contributions" if values.auto.target == "rows" else "max_keys_per_unit"
         raise ValueError(
@@ -402,7 +552,7 @@ def _plan_quantiles(
         def plan_at(bound: int, statistic_epsilon: Fraction) -> QuantilePlan:
             return plan_quantiles(
                 parsed,
-                epsilon=statistic_epsilon,
+                epsilon=own_part(statistic_epsilon),
                 num_candidates=the_grid.num_points,
                 **{**plan_options, "max_contributions": bound},
             )
@@ -410,7 +560,7 @@ def _plan_quantiles(
         auto = auto_bound_spec(
             values,
             release.rho,
-            epsilon,
+            Fraction(release.epsilon),  # the choice's share, then the statistic's parts
             rounds=rounds,
             plan_at=plan_at,
             window=divide_budget(budget, windows_per_unit=options.max_windows_per_unit),
@@ -418,9 +568,34 @@ def _plan_quantiles(
         at_cap = auto.plans[auto.cap]
         assert isinstance(at_cap, QuantilePlan)
         plan = at_cap
+        if share is not None:
+            intervals_at = {}
+            for bound in auto.candidates:
+                at = auto.plans[bound]
+                assert isinstance(at, QuantilePlan)
+                part = auto.statistic_epsilon
+                if auto.per_bound is not None:  # max_keys_per_unit="auto": each K its own
+                    part = auto.per_bound[bound].statistic_epsilon
+                parts = divided(part)
+                assert parts is not None
+                intervals_at[bound] = (
+                    intervals_for_plan(
+                        at, the_grid, epsilon=parts.interval_epsilon, confidence=options.confidence
+                    ),
+                    parts,
+                )
+            interval_plan, interval_budget = intervals_at[auto.cap]
     else:
         plan = plan_quantiles(
             parsed, epsilon=epsilon, num_candidates=the_grid.num_points, **plan_options
+        )
+    if share is not None and interval_plan is None:
+        assert interval_budget is not None
+        interval_plan = intervals_for_plan(
+            plan,
+            the_grid,
+            epsilon=interval_budget.interval_epsilon,
+            confidence=options.confidence,
         )
     spec = QuantileSpec(
         **values.spec_fields(release),
@@ -431,6 +606,9 @@ def _plan_quantiles(
         refine_points=fine_points,
         scalar=scalar,
         auto=auto,
+        interval=interval_plan,
+        interval_budget=interval_budget,
+        intervals_at=intervals_at,
     )
     rank_error = plan.rank_error + (0.0 if cell_plan is None else max(cell_plan.loss_bounds))
     display = {
@@ -443,9 +621,14 @@ def _plan_quantiles(
         "privacy_unit": "record" if values.record_level else "unit_column",
         "contribution_bounds": str(values.ledger_bounds()),
         "rank_error_bound": rank_error,
+        "interval": interval_plan is not None,
     }
+    if interval_budget is not None:
+        display["interval_share"] = float(interval_budget.share)
+    if interval_plan is not None:
+        display["interval_rounds"] = interval_plan.rounds
     if options.keys is not None:
-        display["epsilon_per_key"] = float(epsilon)
+        display["epsilon_per_key"] = float(release.epsilon)
     return Built(
         values.wiring(QuantileCombineFn(spec)),
         release_name=budget.name,
@@ -456,6 +639,26 @@ def _plan_quantiles(
         shares=options.shares(),
         spec=spec,
     )
+
+
+def _check_interval(interval: object, interval_share: object) -> Fraction | None:
+    """The intervals' share as an exact decimal (1/3 by default), or None with
+    ``interval=False`` (errors name the option and its rule)."""
+    if not isinstance(interval, bool):
+        raise TypeError(f"'interval' must be a bool; received {interval!r}")
+    if not interval:
+        if interval_share is not None:
+            raise ValueError(
+                "'interval_share' applies only with interval=True (the default); received "
+                f"interval=False and interval_share={interval_share!r}"
+            )
+        return None
+    if interval_share is None:
+        return DEFAULT_INTERVAL_FRACTION
+    check_probability_open(interval_share, "interval_share")  # a number in (0, 1), not NaN
+    if isinstance(interval_share, Fraction):
+        return interval_share
+    return Fraction(repr(float(interval_share)))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- the transforms

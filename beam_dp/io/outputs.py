@@ -13,8 +13,11 @@ when all three are written (a failure removes them).
 without parsing JSON: the value in the column of its kind (``value_number``, ``value_integer``,
 ``value_text``, ``value_numbers``, ``value_integers``, ``value_texts`` or ``value_cdf``, with
 ``value_kind`` naming it), the accuracy bounds and the contribution bounds as arrays of
-``{name, value}`` records (no map fields), and the run's id and time on every row. The budget
-(and the files skipped under ``on_bad_record="skip"``) ride in the file's metadata.
+``{name, value}`` records (no map fields), and the run's id and time on every row. A quantile
+release's intervals are the record ``interval`` (``quantiles``, ``lower``, ``upper``: arrays in
+the release's order; ``confidence``, ``method``, ``epsilon``, ``rho``, ``share``), null for other
+releases. The budget (and the files skipped under ``on_bad_record="skip"``) ride in the file's
+metadata.
 """
 
 from __future__ import annotations
@@ -82,6 +85,21 @@ _CDF = {
         {"name": "count_released", "type": "boolean"},
     ],
 }
+_INTERVAL = {
+    "type": "record",
+    "name": "QuantileIntervals",
+    "doc": "randomization intervals of a quantile release, in the column's units",
+    "fields": [
+        {"name": "quantiles", "type": {"type": "array", "items": "double"}},
+        {"name": "lower", "type": {"type": "array", "items": "double"}},
+        {"name": "upper", "type": {"type": "array", "items": "double"}},
+        {"name": "confidence", "type": "double"},
+        {"name": "method", "type": "string"},
+        {"name": "epsilon", "type": "double"},
+        {"name": "rho", "type": ["null", "double"], "default": None},
+        {"name": "share", "type": ["null", "double"], "default": None},
+    ],
+}
 _KINDS = ("number", "integer", "text", "numbers", "integers", "texts", "cdf")
 
 
@@ -107,6 +125,7 @@ RELEASE_AVRO_SCHEMA: dict[str, Any] = {
         {"name": "value_integers", **_optional({"type": "array", "items": "long"})},
         {"name": "value_texts", **_optional({"type": "array", "items": "string"})},
         {"name": "value_cdf", **_optional(_CDF)},
+        {"name": "interval", **_optional(_INTERVAL)},
         {"name": "key_text", **_optional("string")},
         {"name": "key_integer", **_optional("long")},
         {"name": "window", **_optional("string")},
@@ -207,6 +226,47 @@ def _value_of(row: Mapping[str, Any]) -> Any:
     return value
 
 
+def _ends(ends: Any) -> list[float]:
+    return [float(x) for x in ends] if isinstance(ends, list) else [float(ends)]
+
+
+def _interval_columns(interval: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The ``interval`` record of a release (ends as arrays whatever the value's shape)."""
+    if interval is None:
+        return None
+    return {
+        "quantiles": [float(q) for q in interval["quantiles"]],
+        "lower": _ends(interval["lower"]),
+        "upper": _ends(interval["upper"]),
+        "confidence": float(interval["confidence"]),
+        "method": str(interval["method"]),
+        "epsilon": float(interval["epsilon"]),
+        "rho": None if interval.get("rho") is None else float(interval["rho"]),
+        "share": None if interval.get("share") is None else float(interval["share"]),
+    }
+
+
+def _interval_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``release.json``'s ``interval`` back from its record: ends as numbers for a one-number
+    value, as lists otherwise (as the release writes them)."""
+    record = row.get("interval")
+    if record is None:
+        return None
+    scalar = row["value_kind"] in ("number", "integer")
+    out: dict[str, Any] = {
+        "lower": record["lower"][0] if scalar else list(record["lower"]),
+        "upper": record["upper"][0] if scalar else list(record["upper"]),
+        "confidence": record["confidence"],
+        "method": record["method"],
+        "quantiles": list(record["quantiles"]),
+        "epsilon": record["epsilon"],
+    }
+    for field in ("rho", "share"):
+        if record[field] is not None:
+            out[field] = record[field]
+    return out
+
+
 def _alpha_text(alpha: float) -> str:
     """A CDF quantile's name in ``release.json`` (``f"{alpha:g}"``, as the release writes it)."""
     return f"{alpha:g}"
@@ -229,6 +289,7 @@ def release_avro_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "statistic": release["statistic"],
                 **{f"value_{kind}": None for kind in _KINDS},
                 **_value_columns(release["value"]),
+                "interval": _interval_columns(release.get("interval")),
                 "key_text": key if isinstance(key, str) else None,
                 "key_integer": key if _is_integer(key) else None,
                 "window": release.get("window"),
@@ -332,6 +393,9 @@ def read_release_avro(path: str | os.PathLike[str]) -> dict[str, Any]:
                 "statistic": row["statistic"],
                 "value": _value_of(row),
             }
+            interval = _interval_of(row)
+            if interval is not None:
+                record["interval"] = interval
             key = row["key_text"] if row["key_text"] is not None else row["key_integer"]
             if key is not None:
                 record["key"] = key

@@ -102,6 +102,42 @@ def _svg_points(vertices: Sequence[tuple[float, float]], lower: float, upper: fl
     )
 
 
+def _cdf_intervals(release: Mapping[str, Any]) -> dict[float, tuple[float, float]]:
+    """The interval of each quantile read from a released CDF, by alpha (none: {})."""
+    interval = release.get("interval")
+    if not isinstance(interval, Mapping):
+        return {}
+    alphas, lower, upper = (interval.get(k) for k in ("quantiles", "lower", "upper"))
+    if not (isinstance(alphas, list) and isinstance(lower, list) and isinstance(upper, list)):
+        return {}
+    if not len(alphas) == len(lower) == len(upper):
+        return {}
+    return {
+        float(a): (float(lo), float(hi))
+        for a, lo, hi in zip(alphas, lower, upper, strict=True)
+        if _is_number(a) and _is_number(lo) and _is_number(hi)
+    }
+
+
+def _interval_bars(
+    ends: Mapping[float, tuple[float, float]], colour: str, lower: float, upper: float
+) -> list[str]:
+    """Each quantile's interval as a horizontal bar with end caps at the height alpha."""
+    bars = []
+    for alpha, (lo, hi) in ends.items():
+        x1 = 1000.0 * (lo - lower) / (upper - lower)
+        x2 = 1000.0 * (hi - lower) / (upper - lower)
+        y = 400.0 * (1.0 - alpha)
+        bars.append(
+            f'<path d="M{x1:.2f},{y - 9:.2f}V{y + 9:.2f}M{x1:.2f},{y:.2f}H{x2:.2f}'
+            f'M{x2:.2f},{y - 9:.2f}V{y + 9:.2f}" stroke="{colour}" stroke-width="3" '
+            'fill="none" vector-effect="non-scaling-stroke"><title>'
+            f"{_e(format_number(alpha))}: [{_e(format_number(lo))}, {_e(format_number(hi))}]"
+            "</title></path>"
+        )
+    return bars
+
+
 def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     cdfs = [_cdf_of(r["value"]) for r in releases]
     parts = [c for c in cdfs if c is not None]
@@ -126,6 +162,7 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
             f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2" '
             'vector-effect="non-scaling-stroke"/>'
         )
+        shapes.extend(_interval_bars(_cdf_intervals(release), colour, lower, upper))
         if not single:
             legend.append(
                 f'<span class="item"><span class="sw" style="background:{colour}"></span>'
@@ -157,10 +194,15 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for release, cdf in zip(releases, parts, strict=True):
         given = dict(cdf["quantiles"])
-        cells = "".join(
-            f'<td class="n">{_e(format_number(given.get(a, _read_quantile(cdf, a))))}</td>'
-            for a in alphas
-        )
+        ends = _cdf_intervals(release)
+
+        def cell(a: float, ends: Mapping[float, tuple[float, float]] = ends) -> str:
+            text = format_number(given.get(a, _read_quantile(cdf, a)))  # noqa: B023
+            if a in ends:
+                text += f" [{format_number(ends[a][0])}, {format_number(ends[a][1])}]"
+            return f'<td class="n">{_e(text)}</td>'
+
+        cells = "".join(cell(a) for a in alphas)
         size = f"{int(cdf['n_hat']):,}" if _is_number(cdf["n_hat"]) else "–"
         k = f"{int(cdf['k']):,}" if _is_number(cdf["k"]) else "–"
         name = _row_label(release) if ("key" in release or release.get("window")) else "released"
@@ -171,10 +213,20 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
             f'<td class="n">{_e(k)}</td><td class="n">{_e(size)}</td></tr>'
         )
     caption = "requested quantiles" if requested else "quantiles"
+    with_intervals = [r for r in releases if _cdf_intervals(r)]
+    intervals_note = ""
+    if with_intervals:
+        level = with_intervals[0]["interval"].get("confidence")
+        shown = format_number(float(level) * 100) if _is_number(level) else "?"
+        intervals_note = (
+            f", each with its {shown}% interval [lower, upper] for the data's quantile "
+            "(read from the KS bound; bars on the plot)"
+        )
     released = [cdf["count_released"] for cdf in parts]
     size_head = "n̂ (released)" if all(released) else "n" if not any(released) else "n or n̂"
     table = (
-        f'<p class="meta">{caption}, read from the released CDF (no extra ε):</p>'
+        f'<p class="meta">{caption}, read from the released CDF (no extra ε)'
+        f"{intervals_note}:</p>"
         f'<table class="qt"><tr><th></th>{head}<th class="n">KS ≤</th><th class="n">k</th>'
         f'<th class="n">{size_head}</th></tr>'
         f"{''.join(rows)}</table>"

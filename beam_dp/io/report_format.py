@@ -62,6 +62,9 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
  transform:translate(-50%,-50%);background:#d9822b;border:1px solid #fff}
 .band{position:absolute;top:25%;height:50%;background:rgba(217,130,43,.28);
  border:1px solid rgba(217,130,43,.7);border-radius:3px;min-width:2px}
+.ci{position:absolute;top:30%;height:40%;border-left:2px solid #1f5f99;
+ border-right:2px solid #1f5f99;min-width:2px;box-sizing:border-box;
+ background:linear-gradient(#1f5f99,#1f5f99) 0 50%/100% 2px no-repeat}
 .axis{position:relative;height:1.5em;margin:0 10px;font-size:.78rem;color:#555;
  border-top:1px solid #888}
 .tick{position:absolute;top:0;white-space:nowrap;padding-top:2px}

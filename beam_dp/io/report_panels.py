@@ -2,8 +2,10 @@
 
 * numbers (a median, a price, quantiles, one per key): points on one axis with, where the
   release states an accuracy in the value's own units (``accuracy["value_error"]``, see
-  :data:`VALUE_ERROR_KEYS`), the interval ``value ± value_error`` as a band; a single number
-  without such an interval is printed large instead of drawn alone on an axis;
+  :data:`VALUE_ERROR_KEYS`), the interval ``value ± value_error`` as a band, and where it
+  carries quantile intervals (``interval``: ``lower``, ``upper``) each ``[lower, upper]`` as a
+  bar with end caps, its value printed ``5.16 [5.09, 5.22]``; a single number without an
+  interval is printed large instead of drawn alone on an axis;
 * labels (an election winner, a top-k list): the label, or a ranked list, one row per key;
 * the budget: each share, the total, what is left and, with a ledger, the dataset's record.
 
@@ -58,6 +60,41 @@ def _half_width(release: Mapping[str, Any]) -> float | None:
     return None
 
 
+def _interval_ends(release: Mapping[str, Any], count: int) -> list[tuple[float, float]]:
+    """The ``(lower, upper)`` of each of a release's ``count`` numbers (none: [])."""
+    interval = release.get("interval")
+    if not isinstance(interval, Mapping):
+        return []
+    lower, upper = interval.get("lower"), interval.get("upper")
+    lowers = lower if isinstance(lower, list) else [lower]
+    uppers = upper if isinstance(upper, list) else [upper]
+    if len(lowers) != count or len(uppers) != count:
+        return []
+    ends = list(zip(lowers, uppers, strict=True))
+    if not all(_is_number(lo) and _is_number(hi) and lo <= hi for lo, hi in ends):
+        return []
+    return [(float(lo), float(hi)) for lo, hi in ends]
+
+
+def _interval_item(release: Mapping[str, Any]) -> list[str]:
+    """The intervals in words (what they hold, at what confidence, what they cost)."""
+    interval = release.get("interval")
+    if not isinstance(interval, Mapping) or not _is_number(interval.get("confidence")):
+        return []
+    level = format_number(float(interval["confidence"]) * 100)
+    epsilon = interval.get("epsilon")
+    spent = float(epsilon) if isinstance(epsilon, (int, float)) else 0.0
+    cost = (
+        f"ε {format_number(spent)} of the release's"
+        if spent > 0
+        else "post-processing of the release, no ε of its own"
+    )
+    return [
+        f"bars: {level}% intervals [lower, upper] that hold the data's quantile over the "
+        f"mechanism's randomness, all of a release's at once ({interval.get('method')}; {cost})"
+    ]
+
+
 def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
     """The rows (or keys) per person an ``"auto"`` release chose, in words, if any."""
     chosen = chosen_bound(release)
@@ -87,7 +124,7 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
         for key in ("epsilon_bound_choice", "epsilon_statistic"):
             accuracy.pop(key, None)
     grid = [] if step is None else [f"grid step {format_number(step, step)}"]
-    grid += chosen
+    grid = _interval_item(release) + grid + chosen
     notes = [note for note in release.get("notes") or () if isinstance(note, str)]
     description = release.get("accuracy_description")
     if isinstance(description, str) and description:
@@ -159,25 +196,27 @@ def _numbers(value: Any) -> list[float] | None:
 
 
 def _numeric_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
-    rows: list[tuple[Mapping[str, Any], list[float], float | None]] = []
+    rows: list[tuple[Mapping[str, Any], list[float], float | None, list[tuple[float, float]]]]
+    rows = []
     for release in releases:
         numbers = _numbers(release["value"])
         assert numbers is not None
-        rows.append((release, numbers, _half_width(release)))
+        rows.append((release, numbers, _half_width(release), _interval_ends(release, len(numbers))))
     single = len(rows) == 1 and len(rows[0][1]) == 1 and "key" not in rows[0][0]
-    if single and rows[0][2] is None:
-        release, numbers, _ = rows[0]
+    if single and rows[0][2] is None and not rows[0][3]:
+        release, numbers, _, _ = rows[0]
         return f'<p class="big">{_e(format_number(numbers[0], _step(release)))}</p>'
-    step = min((s for s in (_step(r) for r, _, _ in rows) if s is not None), default=None)
+    step = min((s for s in (_step(r) for r, _, _, _ in rows) if s is not None), default=None)
     points = [
         end
-        for _, numbers, width in rows
+        for _, numbers, width, _ in rows
         for number in numbers
         for end in ((number - width, number + width) if width else (number,))
     ]
+    points += [end for _, _, _, ends in rows for pair in ends for end in pair]
     lower, upper = _axis_range(points, step)
     cells = []
-    for release, numbers, width in rows:
+    for release, numbers, width, ends in rows:
         own_step = _step(release)
         marks = []
         if width:
@@ -186,13 +225,26 @@ def _numeric_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
                     f'<span class="band" style="left:{_at(number - width, lower, upper)};'
                     f'width:{100.0 * 2 * width / (upper - lower):.3f}%"></span>'
                 )
+        for lo, hi in ends:
+            shown = f"[{format_number(lo, own_step)}, {format_number(hi, own_step)}]"
+            marks.append(
+                f'<span class="ci" style="left:{_at(lo, lower, upper)};'
+                f'width:{100.0 * (hi - lo) / (upper - lower):.3f}%" title="{_e(shown)}"></span>'
+            )
         for number in numbers:
             shown = format_number(number, own_step)
             marks.append(
                 f'<span class="dot" style="left:{_at(number, lower, upper)}" '
                 f'title="{_e(shown)}"></span>'
             )
-        text = ", ".join(format_number(n, own_step) for n in numbers)
+        if ends:
+            text = ", ".join(
+                f"{format_number(n, own_step)} [{format_number(lo, own_step)}, "
+                f"{format_number(hi, own_step)}]"
+                for n, (lo, hi) in zip(numbers, ends, strict=True)
+            )
+        else:
+            text = ", ".join(format_number(n, own_step) for n in numbers)
         if width:
             text += f" (± {format_number(width, own_step)})"
         label = _row_label(release) if ("key" in release or release.get("window")) else ""

@@ -194,8 +194,8 @@ def test_fixed_bound_keeps_the_plan_and_record_of_before() -> None:
     fixed = median(max_contributions=4, num_points=101)
     assert fixed._spec.auto is None
     assert fixed._spec.bounds == {"max_contributions_per_unit": 4, "max_windows_per_unit": 1}
-    assert fixed.plan == plan_quantiles(
-        [Fraction(1, 2)], epsilon=1.0, num_candidates=101, max_contributions=4
+    assert fixed.plan == plan_quantiles(  # the median's part: its interval took a third
+        [Fraction(1, 2)], epsilon=Fraction(2, 3), num_candidates=101, max_contributions=4
     )
     auto = median(max_contributions="auto", num_points=101)
     assert auto._spec.auto is not None
@@ -279,7 +279,7 @@ def test_chosen_bound_bounds_the_rows_and_the_epsilon_parts_sum() -> None:
     # The accuracy statement is that of the plan at the chosen bound and the statistic's part.
     plan = plan_quantiles(
         [Fraction(1, 2), Fraction(99, 100)],
-        epsilon=Fraction(HUGE) * Fraction(9, 10),
+        epsilon=Fraction(HUGE) * Fraction(9, 10) * Fraction(2, 3),  # less the interval's third
         num_candidates=10_001,
         max_contributions=8,
     )
@@ -456,7 +456,7 @@ def test_zcdp_share_the_two_rhos_fit_each_release_and_the_choice_spends_the_rest
     from beam_dp.accounting import PrivacyBudget
 
     budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
-    share = budget.spend("q", mechanism=method, epsilon=0.8, rounds=1)
+    share = budget.spend("q", mechanism=method, epsilon=0.8, rounds=5)  # 1 + 2 x 2 ends
     transform = PrivateQuantiles.PerKey(
         [0.25, 0.75],
         lower=0.0,
@@ -481,6 +481,11 @@ def test_zcdp_share_the_two_rhos_fit_each_release_and_the_choice_spends_the_rest
     assert 2 * statistic + choice >= 2 * rho_key * (1 - Fraction(1, 10**9))  # and all of it
     assert auto.statistic_epsilon == Fraction(transform._spec.epsilon) * Fraction(9, 10)
     assert 2 * rho_key <= Fraction(share.rho)  # type: ignore[arg-type]
+    # the statistic's rho is shared by the quantiles and their intervals, all of it
+    parts = transform._spec.interval_budget
+    assert parts is not None and parts.quantile_rho is not None and parts.interval_rho is not None
+    assert parts.quantile_rho + parts.interval_rho == statistic
+    assert parts.interval_rho == statistic / 3
 
 
 def test_zcdp_mean_auto_the_two_rhos_fit_the_release() -> None:

@@ -124,7 +124,7 @@ def test_auto_keys_chooses_few_keys_and_each_key_gets_the_window_budget_over_the
 
 def test_auto_keys_under_zcdp_fits_each_keys_rho_and_the_mean_takes_it_too(run: Any) -> None:
     budget = PrivacyBudget(10.0, delta=1e-6, composition="zcdp")
-    share = budget.spend("q", mechanism="exponential", epsilon=1.0, rounds=1)
+    share = budget.spend("q", mechanism="exponential", epsilon=1.0, rounds=5)  # 1 + 2 x 2 ends
     transform = _per_key(
         PrivateQuantiles, quantiles=[0.25, 0.75], epsilon=share, method="exponential"
     )

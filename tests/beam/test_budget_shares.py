@@ -63,7 +63,7 @@ def _share_for(build: Build, budget: PrivacyBudget, name: str) -> BudgetShare:
 def test_three_medians_cannot_share_one_share() -> None:
     # the case, word for word
     budget = PrivacyBudget(1.0)
-    share = budget.request("m", mechanism="permute_and_flip")
+    share = budget.request("m", mechanism="permute_and_flip", rounds=3)  # and its interval
     budget.finalize()
     PrivateMedian.Globally(lower=0.0, upper=1.0, unit_column="u", epsilon=share)
     assert budget.spent() == (1.0, 0.0)
@@ -96,7 +96,8 @@ def test_every_transform_takes_its_share_once(name: str) -> None:
 
 def test_spent_counts_the_transforms_built() -> None:
     budget = PrivacyBudget(1.0)
-    shares = [budget.request(n, mechanism="permute_and_flip") for n in ("a", "b", "c")]
+    # a median: one selection and its interval's two ends
+    shares = [budget.request(n, mechanism="permute_and_flip", rounds=3) for n in ("a", "b", "c")]
     budget.finalize()
     assert budget.spent() == (0.0, 0.0)
     PrivateMedian.Globally(lower=0.0, upper=1.0, unit_column="u", epsilon=shares[0])
@@ -107,7 +108,7 @@ def test_spent_counts_the_transforms_built() -> None:
 
 def test_a_transform_refused_for_a_parameter_takes_nothing() -> None:
     budget = PrivacyBudget(1.0)
-    share = budget.spend("m", mechanism="permute_and_flip", epsilon=1.0)
+    share = budget.spend("m", mechanism="permute_and_flip", epsilon=1.0, rounds=3)
     with pytest.raises(ValueError, match="lower"):
         PrivateMedian.Globally(lower=1.0, upper=0.0, unit_column="u", epsilon=share)
     with pytest.raises(ValueError, match="no privacy unit"):
@@ -143,7 +144,7 @@ def test_key_selection_and_top_candidates_take_both_shares() -> None:
 
 def test_a_transform_with_a_share_is_applied_once() -> None:
     budget = PrivacyBudget(1.0)
-    share = budget.spend("m", mechanism="permute_and_flip", epsilon=1.0)
+    share = budget.spend("m", mechanism="permute_and_flip", epsilon=1.0, rounds=3)
     median = PrivateMedian.Globally(lower=0.0, upper=1.0, unit_column="u", epsilon=share)
     pipeline = beam.Pipeline()  # built, never run
     rows = pipeline | beam.Create([{"u": [1], "v": [0.5]}])

@@ -35,6 +35,7 @@ from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, sele
 from beam_dp.release import Release
 from beam_dp.scores import QuantileScore
 from beam_dp.summaries.histogram import Grid, GridHistogram, less_greater
+from beam_dp.summaries.quantiles.intervals import DEFAULT_INTERVAL_FRACTION
 
 HUGE = 1e5  # test-only epsilon: the selection is (almost surely) the best grid point
 
@@ -202,14 +203,30 @@ def test_budget_shares_must_be_allocated_and_match() -> None:
     budget.finalize()
     with pytest.raises(ValueError, match="rounds=2"):  # the joint split: ceil(log3(4 + 1))
         PrivateQuantiles.Globally(
+            [0.25, 0.5, 0.75, 0.9],
+            lower=0,
+            upper=1,
+            epsilon=planned,
+            record_level=True,
+            interval=False,
+        )
+    # With the intervals (the default): two more rounds per quantile, 2 + 2 * 4.
+    with pytest.raises(ValueError, match="rounds=10"):
+        PrivateQuantiles.Globally(
             [0.25, 0.5, 0.75, 0.9], lower=0, upper=1, epsilon=planned, record_level=True
         )
     with pytest.raises(ValueError, match="mechanism"):
         PrivateQuantiles.Globally(
-            [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True, method="exponential"
+            [0.25, 0.75],
+            lower=0,
+            upper=1,
+            epsilon=planned,
+            record_level=True,
+            method="exponential",
+            interval=False,
         )
     transform = PrivateQuantiles.Globally(
-        [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True
+        [0.25, 0.75], lower=0, upper=1, epsilon=planned, record_level=True, interval=False
     )
     assert transform.plan.rounds == 1 and transform.plan.epsilon == Fraction(2.0)
 
@@ -274,7 +291,13 @@ def test_globally_on_record_batches_releases_accurate_quantiles() -> None:
         "max_contributions_per_unit": 1,
         "max_windows_per_unit": 1,
     }
-    assert set(ledger.accuracy) == {"confidence", "score_loss", "rank_error", "cell_width"}
+    assert set(ledger.accuracy) == {
+        "confidence",
+        "score_loss",
+        "rank_error",
+        "cell_width",
+        "epsilon_quantiles",  # the quantiles' part: the interval took the rest
+    }
     assert ledger.accuracy["cell_width"] == pytest.approx(20.0 / 999_999)
     assert ledger.sensitivity == pytest.approx(0.8)  # the branches: relative quantiles 0.2, 0.8
     document = release.to_dict()
@@ -406,7 +429,9 @@ def test_per_key_pairs_at_record_level() -> None:
 
 def test_min_max_and_budget_share_on_one_pipeline() -> None:
     budget = PrivacyBudget(3 * HUGE)
-    shares = [budget.spend(name, mechanism="permute_and_flip", epsilon=HUGE) for name in "lhm"]
+    shares = [  # each release: one selection and its interval's two ends
+        budget.spend(name, mechanism="permute_and_flip", epsilon=HUGE, rounds=3) for name in "lhm"
+    ]
     values = np.linspace(0.0, 10.0, 1001)
 
     def build(p: beam.Pipeline) -> Any:
@@ -639,9 +664,12 @@ def test_pipeline_output_follows_the_exact_distribution(method: str) -> None:
         counts[position[release.value]] += 1
     less, greater = less_greater(grid.histogram(data).counts())
     score = QuantileScore(alpha=0.5, grid=grid.points)
+    # The median's own part of the release's epsilon (its interval took the rest).
+    own = releases[0].ledger.accuracy["epsilon_quantiles"]
+    assert own == pytest.approx(epsilon * (1 - float(DEFAULT_INTERVAL_FRACTION)))
     expected = selection_probabilities(
         score.compute_from_counts(less, greater),
-        epsilon=epsilon,
+        epsilon=own,
         sensitivity=score.scaled_sensitivity("add_remove"),
         method=method,  # type: ignore[arg-type]
     )

@@ -378,9 +378,15 @@ def test_a_cdf_is_drawn_as_a_step_plot_with_its_band_and_a_quantile_table() -> N
     assert panel.count("<svg") == 1 and panel.count("<polyline") == 1
     assert panel.count("<polygon") == 1  # F ± D, one curve
     value = release.value
-    for alpha, q in value.quantiles:
+    assert release.interval is not None
+    for (alpha, q), lo, hi in zip(
+        value.quantiles, release.interval.lower, release.interval.upper, strict=True
+    ):
         assert f'<th class="n">{format_number(alpha)}</th>' in panel
-        assert f'<td class="n">{format_number(q)}</td>' in panel
+        # each quantile with its interval, in the table and as a bar on the plot
+        shown = f"{format_number(q)} [{format_number(lo)}, {format_number(hi)}]"
+        assert f'<td class="n">{shown}</td>' in panel
+        assert f"<title>{format_number(alpha)}: [{format_number(lo)}, {format_number(hi)}]" in panel
     assert "requested quantiles" in panel and f'<td class="n">{value.n_hat:,}</td>' in panel
     assert "n̂ (released)" in panel
     assert "the released CDF is within" in html.unescape(panel)

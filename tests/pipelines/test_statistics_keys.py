@@ -43,5 +43,6 @@ def test_rounds_and_mechanism_come_from_the_built_transform() -> None:
     )
     for spec in (quartiles, top):
         spec.check(unit_column=None, relation="add_remove", on_bad_record="skip")
-    assert (quartiles.mechanism, quartiles.rounds) == ("permute_and_flip", 3)
+    # the recursive split's 3 levels and the two ends of each of the 5 quantiles' intervals
+    assert (quartiles.mechanism, quartiles.rounds) == ("permute_and_flip", 3 + 2 * 5)
     assert (top.mechanism, top.rounds) == ("permute_and_flip_top_k", 2)

@@ -396,18 +396,24 @@ def _resolved(split: Split, num_distinct: int) -> Split:
     return "joint" if num_distinct >= 2 else "independent"
 
 
-def quantile_rounds(quantiles: Sequence[float | Fraction], split: str = DEFAULT_SPLIT) -> int:
+def quantile_rounds(
+    quantiles: Sequence[float | Fraction], split: str = DEFAULT_SPLIT, *, interval: bool = False
+) -> int:
     """The sequential rounds a release of ``quantiles`` composes, from public parameters only.
 
     What a budget needs before planning (e.g. to split a share over rounds): the levels of the
     recursive split, or one round per distinct quantile for independent selections. Equal to
-    :attr:`QuantilePlan.rounds` of the plan :func:`plan_quantiles` makes for them.
+    :attr:`QuantilePlan.rounds` of the plan :func:`plan_quantiles` makes for them. With
+    ``interval=True`` (what the quantile transforms do by default), plus the two selections of
+    each distinct quantile's interval (:attr:`~.intervals.IntervalPlan.rounds`): the rounds a
+    budget share for such a transform must cover.
     """
     m = len(set(parse_quantiles(quantiles)))
     chosen = _resolved(check_split(split), m)
+    ends = 2 * m if interval else 0
     if chosen == "independent":
-        return m
-    return recursion_levels(m, 3 if chosen == "joint" else 2)
+        return m + ends
+    return recursion_levels(m, 3 if chosen == "joint" else 2) + ends
 
 
 def rank_errors(plan: QuantilePlan) -> tuple[float, ...]:
