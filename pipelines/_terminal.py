@@ -11,9 +11,9 @@ same; :func:`pipelines.common.cli` calls it too. Nothing here is installed by th
 
 Only known messages that a user cannot act on are dropped, by exact text: Beam's
 ``apitools not found`` warning, its Dask runner's ``Discarding unparseable args`` and default
-partition-size warnings, Dask's own partition warnings and its dashboard's "port already in
-use" warning; Dask's ``distributed`` INFO chatter (scheduler and worker start-up) is raised to
-WARNING.
+partition-size warnings, Dask's own partition warnings, its dashboard's "port already in
+use" warning and its nanny's "worker process still alive" at shutdown; Dask's
+``distributed`` INFO chatter (scheduler and worker start-up) is raised to WARNING.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ _DROPPED = (
     ("root", "Waiting for grpc channel to be ready"),
     ("apache_beam.options.pipeline_options", "Discarding unparseable args"),
     ("apache_beam.runners.dask.transform_evaluator", "The new default partition size"),
+    # a local Dask cluster's nanny killing a worker slow to stop, after the job finished
+    ("distributed.nanny", "Worker process still alive after"),
 )
 
 
