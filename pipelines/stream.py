@@ -680,21 +680,24 @@ def run(
     job.grant()
     LOG.info("stream %s: windows of %d s, watching %s", job_id, clock.size, args.landing)
     result = pipeline.run()
-    stop = threading.Event()
     finished = threading.Event()
+    cancelled = threading.Event()
 
     def wait() -> None:
         try:
             result.wait_until_finish()
         except Exception:  # the job's own error is reported below, by stage only
-            job.errors.append("the pipeline failed")
+            # A runner reports the job's own cancel as a failure (Beam's portable runner:
+            # "failed in state CANCELLED"): that ending is this process's decision, not one.
+            if not cancelled.is_set():
+                job.errors.append("the pipeline failed")
         finally:
             finished.set()
 
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
     try:
-        while not stop.is_set():
+        while True:
             job.grant()
             job.publish()
             if job.done():
@@ -705,6 +708,7 @@ def run(
             time.sleep(args.poll_seconds)
     finally:
         if not finished.is_set():
+            cancelled.set()  # before the cancel: the waiter may see its end at once
             try:
                 result.cancel()
             except Exception:  # a runner that cannot cancel: the process exits anyway

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +139,35 @@ def test_a_restart_before_any_window_was_published_reuses_its_grants(tmp_path: P
         runs = ledger.history("people")[0]
     assert [run.id for run in runs] == granted  # no window was charged twice
     assert [run.state for run in runs].count("committed") == 1
+
+
+class _CancelledResult:
+    """A runner's result whose ``wait_until_finish`` raises once the job is cancelled, as Beam's
+    portable runner does ("failed in state CANCELLED"); ``cancel`` returns only after the
+    waiting thread has seen it (the order that made the Flink job test fail now and then)."""
+
+    def __init__(self) -> None:
+        self._cancelled = threading.Event()
+        self._waiter: threading.Thread | None = None
+
+    def wait_until_finish(self) -> None:
+        self._waiter = threading.current_thread()
+        self._cancelled.wait()
+        raise RuntimeError("Pipeline job-1 failed in state CANCELLED: ")
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        assert self._waiter is not None
+        self._waiter.join()
+
+
+def test_a_job_that_stops_itself_does_not_report_its_own_cancel_as_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stop = tmp_path / "stop"
+    stop.touch()  # the job stops at its first look, and cancels the pipeline
+    monkeypatch.setattr(beam.Pipeline, "run", lambda self: _CancelledResult())
+    document = stream.run(
+        _argv(tmp_path, "--stop_file", str(stop)), source=_source([]), now=lambda: BASE
+    )
+    assert document["releases"] == []
