@@ -323,10 +323,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ]  # fmt: skip
                 if args.flink_execution_mode:
                     flags += ["--execution_mode_for_batch", args.flink_execution_mode]
-                if args.flink_parallelism > 2:
-                    # instances run in turns on the 2 slots: keep the SDK worker between them
-                    # (by default each instance starts and stops an SDK worker process)
-                    flags += ["--environment_cache_millis", "60000"]
             if java:
                 os.environ["JAVA_HOME"] = java  # Beam starts $JAVA_HOME/bin/java (Spark)
             for rows in sizes:

@@ -33,10 +33,7 @@ def test_more_instances_than_slots_run_in_turns_with_blocking_exchanges(
     every exchange is blocking and Flink runs each instance as slots free up (what keeps each
     bundle's output small at 10^8 rows, benchmarks/SCALE.md); the release is the job's own."""
     pattern = write_survey(tmp_path / "in")
-    flags = flink_cluster.flags(
-        "--parallelism", "4", "--execution_mode_for_batch", "BATCH_FORCED",
-        "--environment_cache_millis", "60000",
-    )  # fmt: skip
+    flags = flink_cluster.flags("--parallelism", "4", "--execution_mode_for_batch", "BATCH_FORCED")
     job_quantiles(pattern, tmp_path / "out", flags)
 
 
