@@ -64,6 +64,8 @@ DATA_DIR = REPO / "benchmarks" / "data"
 FILE_ROWS = 1 << 22
 ROW_GROUP = 1 << 20
 RUNNERS = ("direct", "dask", "spark", "flink")
+FLINK_PARALLELISM = 2
+FLINK_EXECUTION_MODE = ""
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -242,6 +244,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=7200.0)
     parser.add_argument("--flink-tm-memory", default="3584m")
     parser.add_argument(
+        "--flink-parallelism",
+        type=int,
+        default=FLINK_PARALLELISM,
+        help="the Flink jobs' --parallelism (instances run in turns on the 2 slots)",
+    )
+    parser.add_argument(
+        "--flink-execution-mode",
+        default=FLINK_EXECUTION_MODE,
+        help="the Flink jobs' --execution_mode_for_batch ('' for the job server's default)",
+    )
+    parser.add_argument(
         "--debug",
         action="store_true",
         help="jobs show full tracebacks (NOT private: on generated data only) and keep logs",
@@ -303,10 +316,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                     pool.process.pid,
                 ]
                 flags = [
-                    "--runner", "FlinkRunner", "--flink_version", "1.19", "--parallelism", "2",
+                    "--runner", "FlinkRunner", "--flink_version", "1.19",
+                    "--parallelism", str(args.flink_parallelism),
                     "--job_endpoint", server.endpoint,
                     "--environment_type", "EXTERNAL", "--environment_config", pool.address,
                 ]  # fmt: skip
+                if args.flink_execution_mode:
+                    flags += ["--execution_mode_for_batch", args.flink_execution_mode]
             if java:
                 os.environ["JAVA_HOME"] = java  # Beam starts $JAVA_HOME/bin/java (Spark)
             for rows in sizes:

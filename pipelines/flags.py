@@ -55,6 +55,39 @@ the end, a table of the releases and the budget to stdout. A failure prints one 
 """
 
 
+#: Flink's ``ExecutionMode`` values (Beam's job server option ``executionModeForBatch``).
+FLINK_BATCH_EXECUTION_MODES = ("PIPELINED", "PIPELINED_FORCED", "BATCH", "BATCH_FORCED")
+
+
+class FlinkJobServerOptions(PipelineOptions):
+    """Options of Beam's Flink job server that Beam's Python SDK does not define.
+
+    The portable runner sends every option set here to the job server, which reads it by name
+    (``--execution_mode_for_batch`` is the Java ``FlinkPipelineOptions.executionModeForBatch``).
+    Defining it makes the strict flag check (:func:`check_pipeline_flags`) know it; unset, it is
+    not sent and the job server's default holds.
+
+    ``--execution_mode_for_batch BATCH_FORCED`` makes every data exchange of a batch job
+    blocking, so that Flink schedules each parallel instance of a stage on its own (a job's
+    ``--parallelism`` may then exceed the cluster's slots: instances run as slots free up).
+    Beam's Flink batch translation processes one parallel instance's whole input as one bundle
+    and holds the bundle's output from the SDK worker on the TaskManager's heap until the bundle
+    ends; many small instances bound that output by the input of one instance, where a few
+    large ones hold a share of the whole export (``benchmarks/SCALE.md``).
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser: _BeamArgumentParser) -> None:
+        parser.add_argument(
+            "--execution_mode_for_batch",
+            choices=FLINK_BATCH_EXECUTION_MODES,
+            default=None,
+            help="FlinkRunner: Flink's data exchange mode for a batch job (the job server's "
+            "default: PIPELINED). BATCH_FORCED: every exchange blocking, so a --parallelism "
+            "above the cluster's slots runs in turns and each bundle stays small.",
+        )
+
+
 def int_or_auto(text: str) -> int | str:
     """A flag value ``auto`` or an integer >= 1 (``--max_contributions auto``)."""
     if text == "auto":

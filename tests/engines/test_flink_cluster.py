@@ -11,7 +11,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-from engine_jobs import job_release, write_survey
+from engine_jobs import job_quantiles, job_release, write_survey
 from engines_env import DumpElements, load_test_module
 from stats_helpers import clopper_pearson
 
@@ -24,6 +24,17 @@ AUDIT = Path(__file__).parents[1] / "audit" / "test_end_to_end_audit.py"
 def test_release_job_on_a_flink_cluster(flink_cluster: Any, tmp_path: Path) -> None:
     pattern = write_survey(tmp_path / "in")
     job_release(pattern, tmp_path / "out", flink_cluster.flags())
+
+
+def test_more_instances_than_slots_run_in_turns_with_blocking_exchanges(
+    flink_cluster: Any, tmp_path: Path
+) -> None:
+    """--parallelism 4 on the cluster's 2 slots: with --execution_mode_for_batch BATCH_FORCED
+    every exchange is blocking and Flink runs each instance as slots free up (what keeps each
+    bundle's output small at 10^8 rows, benchmarks/SCALE.md); the release is the job's own."""
+    pattern = write_survey(tmp_path / "in")
+    flags = flink_cluster.flags("--parallelism", "4", "--execution_mode_for_batch", "BATCH_FORCED")
+    job_quantiles(pattern, tmp_path / "out", flags)
 
 
 def _audit_module() -> Any:

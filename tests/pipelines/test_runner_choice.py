@@ -28,3 +28,32 @@ def test_a_flink_job_defaults_to_the_flink_this_project_builds() -> None:
     given = ["--runner", "FlinkRunner", "--flink_version", "1.20"]
     assert _default_flink_version(given) == given
     assert _default_flink_version(["--runner", "SparkRunner"]) == ["--runner", "SparkRunner"]
+
+
+def test_flinks_batch_execution_mode_is_a_known_flag_and_reaches_the_job_server() -> None:
+    """Beam's Python SDK does not define the Flink job server's ``executionModeForBatch``; the
+    jobs do (benchmarks/SCALE.md: BATCH_FORCED lets a --parallelism above the cluster's slots
+    run in turns, so each bundle's output held by the TaskManager stays small)."""
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    from pipelines.common import check_pipeline_flags
+
+    flags = ["--runner", "FlinkRunner", "--parallelism", "32",
+             "--execution_mode_for_batch", "BATCH_FORCED"]  # fmt: skip
+    check_pipeline_flags(flags)  # raised 'unknown flag' before
+    encoded = JobServiceHandle.encode_pipeline_options(PipelineOptions(flags).get_all_options())
+    assert encoded["beam:option:execution_mode_for_batch:v1"] == "BATCH_FORCED"
+    # unset, nothing is sent: the job server's own default (PIPELINED) holds
+    unset = JobServiceHandle.encode_pipeline_options(
+        PipelineOptions(["--runner", "FlinkRunner"]).get_all_options()
+    )
+    assert "beam:option:execution_mode_for_batch:v1" not in unset
+
+
+def test_a_misspelt_flink_execution_mode_fails_closed() -> None:
+    from pipelines.common import check_pipeline_flags
+
+    with pytest.raises(SystemExit):  # argparse's invalid choice, as for --flink_version
+        check_pipeline_flags(
+            ["--runner", "FlinkRunner", "--execution_mode_for_batch", "BATCH_FORCD"]
+        )
