@@ -1,5 +1,7 @@
+import logging
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,7 @@ import pytest
 # Test helpers (tests/stats_helpers.py) import as a top-level module.
 sys.path.insert(0, str(Path(__file__).parent))
 
+from beam_hangups import is_beam_harness_hang_up
 from hypothesis import settings
 
 # CI runs the same examples every time (a failure there is reproducible); locally Hypothesis
@@ -40,3 +43,24 @@ def dask_cluster() -> Iterator[Any]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Drop Beam harness hang-ups (tests/beam_hangups.py) before pytest's thread check.
+
+    ``trylast``: pytest's own hook (its threadexception plugin) is installed first; this wraps
+    it, so every other exception of a thread still reaches pytest.
+    """
+    report = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if is_beam_harness_hang_up(args):
+            logging.getLogger(__name__).info(
+                "a Beam SDK harness thread ended on its runner's closed channel: %s",
+                args.thread.name if args.thread is not None else "<unknown>",
+            )
+            return
+        report(args)
+
+    threading.excepthook = hook
