@@ -858,8 +858,10 @@ def _expand_auto_keys(
     each; before they are split by key, each unit adds one count to the histogram of keys
     per unit (plus an empty histogram per releasing window, so every window chooses). One
     exact selection chooses ``K`` (a singleton side input per window); every unit then keeps
-    a uniform ``K`` of its keys (fresh salt), the batches are split by key, and each key's
-    statistic runs at its share of the window's budget at ``K`` (:class:`KeyShare`).
+    a uniform ``K`` of its keys (salted as the rows' re-bound: the run's salt when one is
+    given, so a run is reproducible, a fresh one otherwise), the batches are split by key,
+    and each key's statistic runs at its share of the window's budget at ``K``
+    (:class:`KeyShare`).
     """
     batches = wiring.unit_batches(pcoll)
     markers = wiring.markers(pcoll)  # for the choice and the releases
@@ -872,7 +874,7 @@ def _expand_auto_keys(
         | "MergeKeysPerUnit" >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
         | "ChooseKeys" >> beam.Map(_choose, auto, spec.rng)
     )
-    salt = secrets.randbits(64)
+    salt = wiring.salt if wiring.salt is not None else secrets.randbits(64)
     rebounded = batches | "ReboundKeysToChoice" >> beam.Map(
         _rebound_keys_to, AsSingleton(choice), salt
     )

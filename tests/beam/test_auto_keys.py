@@ -187,3 +187,25 @@ def test_the_key_choice_sees_one_count_per_unit_and_its_exact_pmf_loses_at_most_
 def test_auto_keys_with_refine_is_refused_naming_the_option() -> None:
     with pytest.raises(ValueError, match="max_keys_per_unit='auto' does not combine with refine"):
         _per_key(PrivateMedian, refine=True)
+
+
+def test_the_keys_re_bound_uses_the_runs_salt_when_one_is_given(
+    run: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A given salt makes the re-bound reproducible (the rows' re-bound already was); the old
+    code drew a fresh salt here, so two runs with one salt kept different keys of a person."""
+    import beam_dp.beam._grid as grid
+
+    salts: list[int] = []
+
+    def recording(batch: Any, max_keys_per_unit: int, salt: int) -> Any:
+        salts.append(salt)
+        return rebound_keys(batch, max_keys_per_unit, salt)
+
+    monkeypatch.setattr(grid, "rebound_keys", recording)
+    batches = _data()[:2]
+    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, salt=424242))
+    assert salts and set(salts) == {424242}
+    salts.clear()
+    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian))
+    assert salts and len(set(salts)) == 1  # no salt given: one fresh salt for the run
