@@ -444,9 +444,8 @@ def _sites() -> list[Site]:
             "quantile_interval",  # the median and its interval: 2/3 and 1/3 of ε (default share)
             lambda r: PrivateMedian.Globally(**_values("quantile_interval", r)),
             (
-                # No "interval ends at 2ε" mutant: on this data the ends' realised loss stays
-                # under their part even doubled (adversarial data for the ends is open; their
-                # sensitivity is checked by brute force in tests/summaries/quantiles).
+                # Values spread out: the median's loss comes close to its part (the ends'
+                # stays far under theirs even doubled; the next site audits them).
                 Mutant(
                     "median beside its interval at 2ε",
                     QUANTILES,
@@ -458,6 +457,20 @@ def _sites() -> list[Site]:
                 Stage("median", Fraction(2, 3), lambda call, i: INTERVALS not in call.modules),
                 Stage("interval", Fraction(1, 3), lambda call, i: INTERVALS in call.modules),
             ),
+        ),
+        Site(
+            "quantile_interval_ends",  # the same release on values at one point
+            lambda r: PrivateMedian.Globally(**_values("quantile_interval_ends", r)),
+            (
+                # Every background value at 90: the ends' laws are concentrated, so their
+                # loss comes close to their part and doubled passes it.
+                Mutant("interval ends at 2ε", QUANTILES, "select", applies=_in(INTERVALS)),
+            ),
+            stages=(
+                Stage("median", Fraction(2, 3), lambda call, i: INTERVALS not in call.modules),
+                Stage("interval", Fraction(1, 3), lambda call, i: INTERVALS in call.modules),
+            ),
+            data=CONCENTRATED,
         ),
         Site(
             "quantile_point",
