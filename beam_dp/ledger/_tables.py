@@ -152,15 +152,23 @@ class Tables:
             )
         keys = ("name", "composition", "relation", "epsilon", "delta", "rho", "renewal")
         data = dict(zip(keys, row[:7], strict=True))
+        # Each stored field is checked under its own name; the error names the dataset and the
+        # field, never the stored text (the checks' own messages may quote it).
+        field = ""
         try:
+            field = "composition"
             data["composition"] = check_composition(data["composition"])
+            field = "renewal"
             data["renewal"] = check_renewal(data["renewal"])
+            field = "relation"
             check_relation(data["relation"])
             for key in ("epsilon", "delta", "rho"):
-                data[key] = parse_stored(data[key], f"dataset {name!r} {key}")
-            data["created_at"] = parse_timestamp(row[7], f"dataset {name!r} created_at")
-        except ValueError as error:
-            raise self.corrupt(str(error)) from None
+                field = key
+                data[key] = parse_stored(data[key], key)
+            field = "created_at"
+            data["created_at"] = parse_timestamp(row[7], field)
+        except ValueError:
+            raise self.corrupt(f"dataset {name!r}: its stored {field} is not valid") from None
         data["note"] = str(row[8])
         data["inputs"] = self._inputs(row[9], name)
         return data
@@ -212,14 +220,16 @@ class Tables:
         if row is None:
             raise self.corrupt(f"dataset {name!r} has no period")
         try:
-            starts_at = parse_timestamp(row[1], f"a period of {name!r}")
-            ends_at = None if row[2] is None else parse_timestamp(row[2], f"a period of {name!r}")
+            starts_at = parse_timestamp(row[1], "starts_at")
+            ends_at = None if row[2] is None else parse_timestamp(row[2], "ends_at")
             stored = {
-                key: parse_stored(value, f"a period of {name!r}")
+                key: parse_stored(value, key)
                 for key, value in zip(("epsilon", "delta", "rho"), row[3:6], strict=True)
             }
-        except ValueError as error:
-            raise self.corrupt(str(error)) from None
+        except ValueError:  # the checks' messages may quote the stored text: not passed on
+            raise self.corrupt(
+                f"dataset {name!r}: a stored period (its times or amounts) is not valid"
+            ) from None
         if ends_at is None or now < ends_at:
             return Period(int(row[0]), starts_at, ends_at, allowance(data["composition"], stored))
         rule: Renewal = data["renewal"]

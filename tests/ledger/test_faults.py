@@ -144,3 +144,28 @@ def test_wrong_credentials_and_a_missing_ledger_on_a_real_server(
             "d", Plan.basic("0.5"), RunInfo(job="j", inputs=("/data/d/x",))
         )
         assert postgres_server.password not in str(reservation.describe())
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "stored", "field"),
+    [
+        ("beam_dp_datasets", "renewal", "secret-renewal-7731", "renewal"),
+        ("beam_dp_datasets", "relation", "secret-relation-7731", "relation"),
+        ("beam_dp_datasets", "epsilon", "secret-amount-7731", "epsilon"),
+        ("beam_dp_datasets", "created_at", "secret-time-7731", "created_at"),
+        ("beam_dp_periods", "epsilon", "secret-amount-7731", "period"),
+        ("beam_dp_periods", "starts_at", "secret-time-7731", "period"),
+    ],
+)
+def test_a_damaged_stored_field_is_named_and_its_text_is_not_quoted(
+    tmp_path: Path, table: str, column: str, stored: str, field: str
+) -> None:
+    path = tmp_path / "budget.db"
+    url = _ledger(path)
+    with sqlite3.connect(path) as connection:
+        connection.execute(f"UPDATE {table} SET {column} = ?", (stored,))
+    with pytest.raises(LedgerCorruptError) as error, open_ledger(url) as ledger:
+        ledger.status("d")
+    message = _one_line(error.value)
+    assert "dataset 'd'" in message and field in message and "restore it from a backup" in message
+    assert "7731" not in message  # the stored text is not quoted
