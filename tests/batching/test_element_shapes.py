@@ -124,9 +124,10 @@ loose_records = st.lists(
 ).filter(lambda rows: all(rows))  # {} is a heartbeat, never a record in a list
 
 
-def _columns_of(table: pa.Table | pa.RecordBatch) -> dict[str, tuple[str, list[object]]]:
+def _columns_of(table: pa.Table | pa.RecordBatch) -> dict[str, tuple[str, list[str]]]:
+    # each value by its repr: NaN is one value here (NaN != NaN)
     return {
-        name: (str(table.column(name).type), table.column(name).to_pylist())
+        name: (str(table.column(name).type), [repr(v) for v in table.column(name).to_pylist()])
         for name in table.column_names
     }
 
