@@ -18,7 +18,8 @@ seconds (CPU: this process, where the FnApiRunner's one worker runs):
 * ``ReadFromParquetBatched | TopCandidates.Globally(unit_column=...)``: the batched input.
 
 It prints the ratios (per-record release / per-record count; batched release / batched
-count) and the issue's target (per-record at most 1.5 times Beam's own). It never fails.
+count) and the issue's target (per-record at most 1.5 times Beam's own), judged by CPU seconds
+(the fair measure on a shared machine) and by wall seconds. It never fails.
 """
 
 from __future__ import annotations
@@ -123,11 +124,13 @@ def main(argv: list[str] | None = None) -> None:
         wall = best[release][0] / best[baseline][0]
         cpu = best[release][1] / best[baseline][1]
         print(f"{release} / {baseline}: wall {wall:.2f}x, CPU {cpu:.2f}x")
-    ratio = best[names[1]][0] / best[names[0]][0]
-    verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
-    print(
-        f"target: per-record release <= {TARGET_RATIO}x Beam's per-record count (wall): {verdict}"
-    )
+    for measure_name, at in (("CPU", 1), ("wall", 0)):
+        ratio = best[names[1]][at] / best[names[0]][at]
+        verdict = "PASS" if ratio <= TARGET_RATIO else "FAIL"
+        print(
+            f"target: per-record release <= {TARGET_RATIO}x Beam's per-record count "
+            f"({measure_name}): {ratio:.2f}x {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ __all__ = [
     "LabelMatch",
     "OnBadRecord",
     "PublicIndex",
+    "RecordList",
     "as_table",
     "check_label_match",
     "concat_batches",
@@ -374,8 +375,24 @@ def is_record(element: Any) -> bool:
     return record_fields(element) is not None
 
 
+class RecordList(list[Any]):
+    """A list whose every item is one record (:func:`is_record`, not an empty mapping): what
+    the Beam transforms build from one-record elements, already judged record by record.
+
+    :func:`as_table` reads only the fields it is asked for from such a list, with the same
+    rules as for any list of records (each value read alone, a field that mixes types built
+    value by value); a list of another type is checked item by item first.
+    """
+
+    __slots__ = ()
+
+
 def as_table(
-    batch: Any, *, source: str = "input", id_columns: Sequence[str] = ()
+    batch: Any,
+    *,
+    source: str = "input",
+    id_columns: Sequence[str] = (),
+    columns: Sequence[str] | None = None,
 ) -> pa.RecordBatch | pa.Table:
     """A batch as a RecordBatch or Table: any of :data:`ELEMENT_SHAPES`.
 
@@ -384,6 +401,9 @@ def as_table(
             records (dicts, ``beam.Row`` and other NamedTuples, dataclass instances).
         source: a name for error messages.
         id_columns: fields read as identifiers when they mix types (canonical text).
+        columns: the fields the caller reads, or None for all. A :class:`RecordList` is
+            read into these fields only (a field no record has stays absent); other batches
+            keep all their fields.
 
     Raises:
         BadRecordError: the batch cannot be read as columns (messages hold no value).
@@ -391,15 +411,17 @@ def as_table(
     """
     if isinstance(batch, (pa.RecordBatch, pa.Table)):
         return batch
+    if type(batch) is RecordList and batch:
+        return _record_list_table(batch, source, id_columns, columns)
     if type(batch) is list and batch and type(batch[0]) is dict:
         fast = _dict_records_table(batch)
         if fast is not None:
             return fast
     one = record_fields(batch)
     if one is not None:
-        columns = {name: [value] for name, value in one.items()}
+        columns_of = {name: [value] for name, value in one.items()}
     elif isinstance(batch, Mapping):
-        columns = dict(batch)
+        columns_of = dict(batch)
     elif isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
         rows = [record_fields(row) for row in batch]
         if not all(row is not None for row in rows):
@@ -410,11 +432,17 @@ def as_table(
         for row in rows:
             assert row is not None
             names.update(dict.fromkeys(row))
-        columns = {name: [row.get(name) for row in rows if row is not None] for name in names}
+        columns_of = {name: [row.get(name) for row in rows if row is not None] for name in names}
     else:
         raise TypeError(
             f"an element must be {ELEMENT_SHAPES}; received type {type(batch).__name__}"
         )
+    return _columns_table(columns_of, source, id_columns)
+
+
+def _columns_table(columns: Mapping[Any, Any], source: str, id_columns: Sequence[str]) -> pa.Table:
+    """Named columns of Python values (or arrays) as one table, each column by
+    :func:`_array_of`."""
     if not all(isinstance(name, str) for name in columns):
         raise data_error(source, "field names must be text")
     arrays = {
@@ -427,6 +455,44 @@ def as_table(
         for name, values in columns.items()
     }
     return _guarded(lambda: pa.table(arrays), source, "every field must have one value per record")
+
+
+def _record_list_table(
+    records: RecordList, source: str, id_columns: Sequence[str], wanted: Sequence[str] | None
+) -> pa.Table:
+    """The fields ``wanted`` of records known to be records: the general path of
+    :func:`as_table` for a list of records, without building the fields nobody reads.
+
+    Every field name of every record is still checked to be text, and a wanted field that no
+    record has stays absent (the encoder names it as missing); a record without a field that
+    others have holds a null there, as on the general path.
+    """
+    if set(map(type, records)) == {dict}:
+        rows: Sequence[Mapping[Any, Any]] = records  # plain dicts: the records themselves
+    else:
+        rows = [_fields_of_record(record) for record in records]
+    present = set().union(*rows)
+    names = list(dict.fromkeys(wanted)) if wanted is not None else None
+    if names is None or not any(name in present for name in names):
+        names = list(dict.fromkeys(name for row in rows for name in row))  # every field
+    if not all(isinstance(name, str) for name in present):
+        raise data_error(source, "field names must be text")
+    columns: dict[str, list[Any]] = {}
+    for name in names:
+        if name not in present:
+            continue
+        try:
+            columns[name] = [row[name] for row in rows]
+        except KeyError:  # some record lacks the field: a null there
+            columns[name] = [row.get(name) for row in rows]
+    return _columns_table(columns, source, id_columns)
+
+
+def _fields_of_record(record: Any) -> Mapping[Any, Any]:
+    fields = record_fields(record)
+    if fields is None:  # not a record: a RecordList holds records only
+        raise TypeError(f"a RecordList must hold records; received type {type(record).__name__}")
+    return fields
 
 
 def _dict_records_table(rows: list[Any]) -> pa.Table | None:
@@ -611,7 +677,9 @@ def encode_batch(
     full = encode_options(options)
     source: str = full["source"]
     ids = () if full["unit_column"] is None else (full["unit_column"],)
-    table = as_table(batch, source=source, id_columns=ids)
+    read = ("unit_column", "candidate_column", "value_column", "key_column")
+    columns = [full[name] for name in read if full[name] is not None]
+    table = as_table(batch, source=source, id_columns=ids, columns=columns)
     return _guarded(
         lambda: _encode_table(table, stats=stats, **full),
         source,

@@ -22,6 +22,8 @@ loses ``Required`` on Python 3.11 (its annotations stay strings).
 """
 
 import dataclasses
+import datetime
+import decimal
 import difflib
 import os
 import typing
@@ -51,7 +53,13 @@ from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.shares import take_shares
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho, floor_float
 from beam_dp.batching import ContributionBounds, PublicIndex
-from beam_dp.batching.columns import COLUMN_TYPES, LabelMatch, check_label_match, is_record
+from beam_dp.batching.columns import (
+    COLUMN_TYPES,
+    LabelMatch,
+    RecordList,
+    check_label_match,
+    is_record,
+)
 from beam_dp.batching.hashing import UnitIds, check_unit_ids
 from beam_dp.beam._graph import Wiring
 from beam_dp.mechanisms import Method, RandomSource
@@ -693,6 +701,31 @@ def take_options(
 # ----------------------------------------------------------------------------- transform
 
 
+#: Exact types of a field's value that make a plain dict one record at once: a value of one
+#: of these is not a column (no subclass is taken), so the dict is not a mapping of columns.
+_SCALAR_TYPES = frozenset(
+    {
+        int,
+        float,
+        str,
+        bool,
+        bytes,
+        type(None),
+        decimal.Decimal,
+        datetime.datetime,
+        datetime.date,
+        np.int64,
+        np.int32,
+        np.float64,
+        np.float32,
+        np.bool_,
+        np.str_,
+    }
+)
+#: A value no record holds: ``dict.get``'s default for a field a dict lacks.
+_ABSENT = object()
+
+
 class BatchGlobalRecordsFn(beam.DoFn):
     """:class:`BatchRecordsFn` for the global window: one list per bundle (at the window's end,
     as Beam's ``BatchElements`` emits there), without reading each element's window."""
@@ -702,34 +735,46 @@ class BatchGlobalRecordsFn(beam.DoFn):
         self._size = size or RECORDS_PER_BATCH
 
     def start_bundle(self) -> None:
-        self._records: list[Any] = []
+        self._records = RecordList()
+        self._probe: Any = _ABSENT  # a field name of the last dict record (see _is_listed)
 
     def process(self, element: Any) -> Iterable[Any]:
-        # Not a generator, and a plain dict whose first field holds one value is a record at
+        # Not a generator, and a plain dict whose probed field holds a scalar is a record at
         # once: per-record input pays one call per record here, as little as it can.
         if not (
-            type(element) is dict
-            and element
-            and not isinstance(next(iter(element.values())), COLUMN_TYPES)
-        ) and not _listed(element):
+            type(element) is dict and type(element.get(self._probe, _ABSENT)) in _SCALAR_TYPES
+        ) and not self._is_listed(element):
             return (element,)  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
         records = self._records
         records.append(element)
         if len(records) < self._size:
             return ()
-        self._records = []
+        self._records = RecordList()
         return (records,)
+
+    def _is_listed(self, element: Any) -> bool:
+        """:func:`_listed`, keeping a dict record's first field name as the next probe."""
+        if not _listed(element):
+            return False
+        if type(element) is dict:
+            self._probe = next(iter(element))
+        return True
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._records:
-            records, self._records = self._records, []
+            records, self._records = self._records, RecordList()
             yield GlobalWindows.windowed_value_at_end_of_window(records)
 
 
 def _listed(element: Any) -> bool:
     """Whether ``element`` is one record to put in a list: :func:`~beam_dp.batching.columns.
     is_record`, not a heartbeat (``{}``); a plain dict is told apart by its first value that is
-    not a column (the same rule, without the abstract-class checks)."""
+    not a column (the same rule, without the abstract-class checks).
+
+    The batching DoFns first try a cheaper sufficient test: a plain dict whose value of a
+    probed field (one field name of the last dict record) has one of the exact types in
+    ``_SCALAR_TYPES`` holds a value that is not a column, so it is a record by this rule.
+    """
     if type(element) is dict:
         for value in element.values():
             if not isinstance(value, COLUMN_TYPES):
@@ -739,8 +784,11 @@ def _listed(element: Any) -> bool:
     return is_record(element) and not (isinstance(element, Mapping) and not element)
 
 
-#: Records per list that :class:`BatchRecordsFn` hands to the encode step.
-RECORDS_PER_BATCH = 4096
+#: Records per list that :class:`BatchRecordsFn` hands to the encode step. Each list costs
+#: a few milliseconds past the encode step (bounding splits it into ``num_shards`` parts, each
+#: shuffled), so lists of 4096 records spent ~1 µs a record there; at 16384 a quarter of that,
+#: while a list's dicts stay a few MB (benchmarks/RESULTS.md, issue 24).
+RECORDS_PER_BATCH = 16384
 
 
 class BatchRecordsFn(beam.DoFn):
@@ -748,8 +796,9 @@ class BatchRecordsFn(beam.DoFn):
     lists of records, per window, within a bundle; every other element passes as it is.
 
     The encode step reads a list of records as one batch (:func:`~beam_dp.batching.columns.
-    as_table`), and reads each record's fields alone (its type rule never looks at the other
-    records), so a record releases the same whatever list it lands in. A list keeps its
+    as_table`: a :class:`~beam_dp.batching.columns.RecordList`, read into the fields the
+    statistic uses), and reads each record's fields alone (its type rule never looks at the
+    other records), so a record releases the same whatever list it lands in. A list keeps its
     records' window and the latest of their timestamps (inside that window).
     """
 
@@ -759,7 +808,8 @@ class BatchRecordsFn(beam.DoFn):
         self._size = size
 
     def start_bundle(self) -> None:
-        self._buffers: dict[Any, tuple[list[Any], Timestamp]] = {}
+        self._buffers: dict[Any, tuple[RecordList, Timestamp]] = {}
+        self._probe: Any = _ABSENT
 
     def process(
         self,
@@ -767,10 +817,13 @@ class BatchRecordsFn(beam.DoFn):
         window: Any = beam.DoFn.WindowParam,
         timestamp: Any = beam.DoFn.TimestampParam,
     ) -> Iterator[Any]:
-        if not _listed(element):
-            yield element  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
-            return
-        records, latest = self._buffers.get(window, ([], timestamp))
+        if not (type(element) is dict and type(element.get(self._probe, _ABSENT)) in _SCALAR_TYPES):
+            if not _listed(element):
+                yield element  # a batch, a (key, value) pair, or a heartbeat ({}: no record)
+                return
+            if type(element) is dict:
+                self._probe = next(iter(element))
+        records, latest = self._buffers.get(window, (RecordList(), timestamp))
         records.append(element)
         self._buffers[window] = (records, max(latest, timestamp))
         if len(records) >= self._size:

@@ -432,14 +432,14 @@ def _encode_labels(
     A null unit or label is a bad record (``on_bad_record``); messages name the field and the
     rule, never a value.
     """
+    fields = [candidate_column] if unit_column is None else [unit_column, candidate_column]
     try:
-        table = as_table(batch)
+        table = as_table(batch, columns=fields)  # records: these fields only
     except pa.ArrowException:  # Arrow's message quotes the value it could not convert
         raise data_error(
             source, "rule: each field must hold values of one type (e.g. all strings)"
         ) from None
     stats.rows_read += table.num_rows
-    fields = [candidate_column] if unit_column is None else [unit_column, candidate_column]
     bad = np.zeros(table.num_rows, dtype=bool)
     for name in fields:
         if name not in table.schema.names:

@@ -8,6 +8,7 @@ draws and records. Windows are kept.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import pickle
 import tempfile
 import typing
@@ -18,6 +19,7 @@ from typing import Any
 
 import apache_beam as beam
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -26,8 +28,11 @@ from apache_beam.io.parquetio import ReadFromParquet, ReadFromParquetBatched
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 from apache_beam.transforms import window
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
 
-from beam_dp.beam._transform import BatchRecordsFn
+from beam_dp.batching.columns import RecordList
+from beam_dp.beam._transform import BatchGlobalRecordsFn, BatchRecordsFn, _listed
 from beam_dp.beam.quantiles import PrivateQuantiles
 from beam_dp.beam.selection import TopCandidates
 from beam_dp.mechanisms.randomness import InsecureRandomWarning, InsecureSeededRandom
@@ -227,3 +232,46 @@ def test_records_are_listed_per_window_and_batches_pass_as_they_are() -> None:
             assert {k: sorted(v) for k, v in by_window.items()} == {0: [0, 2, 4, 6], 60: [1, 3, 5]}
 
         assert_that(lists, check)
+
+
+def _elements_to_classify() -> list[Any]:
+    # Plain dicts that are records and that are not, in an order that moves the probed field
+    # (the first field of the last dict record) onto a column, a missing field and back.
+    return [
+        {"user_id": 1, "site": "a.com"},
+        {"user_id": [1, 2], "site": ["a.com", "b.com"]},  # a mapping of columns: a batch
+        {"user_id": [1], "site": "a.com"},  # probed field a list, another field one value
+        {"site": "b.com"},  # the probed field missing
+        {},  # a heartbeat
+        {"user_id": np.int64(3), "site": np.str_("c.com")},
+        {"user_id": None},
+        {"site": pa.array(["a.com"])},  # a mapping of one column
+        {"user_id": (1, 2)},  # a tuple is a column: a mapping of columns
+        {"user_id": decimal.Decimal(5), "site": "d.com"},
+        beam.Row(user_id=4, site="a.com"),
+        VisitRecord(5, "b.com", 1.0),
+        pa.record_batch({"user_id": [6]}),
+        (1, 2.0),
+    ]
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_the_batching_dofns_list_exactly_the_records_the_rule_names(windowed: bool) -> None:
+    # The per-record fast test (a probed field's exact scalar type) never lists what the rule
+    # (_listed) does not, nor misses what it lists; the lists are RecordLists, which the
+    # encode step reads into the fields it needs only (issue 24, speed).
+    elements = _elements_to_classify()
+    fn: Any = BatchRecordsFn(size=100) if windowed else BatchGlobalRecordsFn(size=100)
+    fn.start_bundle()
+    passed: list[Any] = []
+    for element in elements:
+        if windowed:
+            out = list(fn.process(element, window=GlobalWindow(), timestamp=Timestamp(0)))
+        else:
+            out = list(fn.process(element))
+        passed.extend(out)
+    lists = [wv.value for wv in fn.finish_bundle()]
+    assert len(lists) == 1 and type(lists[0]) is RecordList
+    assert [id(e) for e in lists[0]] == [id(e) for e in elements if _listed(e)]
+    assert [id(e) for e in passed] == [id(e) for e in elements if not _listed(e)]
+    assert len(lists[0]) == 8 and len(passed) == 6

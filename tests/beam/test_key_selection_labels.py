@@ -10,7 +10,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that
 
-from beam_dp.beam.key_selection import SelectCandidates, canonical_label_text
+from beam_dp.batching.columns import EncodeStats, RecordList
+from beam_dp.beam.key_selection import SelectCandidates, _encode_labels, canonical_label_text
 from beam_dp.errors import BadRecordError
 
 
@@ -73,3 +74,38 @@ def test_a_label_that_is_no_identity_is_a_bad_record() -> None:
                 candidate_column="site", unit_column="u", epsilon=1.0, delta=1e-6
             )
         )
+
+
+@pytest.mark.parametrize("on_bad_record", ["skip", "fail"])
+def test_key_selection_reads_a_record_list_as_the_same_records_in_a_plain_list(
+    on_bad_record: str,
+) -> None:
+    # The batching step hands key selection RecordLists, read into the unit and label fields
+    # only: the same encoding (or the same error) as the same records in a plain list.
+    rows: list[dict[str, Any]] = [
+        {"user_id": 1, "site": "a.com", "extra": [1, 2]},
+        {"user_id": "1", "site": "A.com"},
+        {"user_id": None, "site": "b.com"},
+        {"user_id": 2, "site": 7},
+        {"user_id": 3, "other": "x"},
+        {"user_id": 2.0, "site": "c.com", "extra": object()},
+    ]
+
+    def outcome(batch: Any) -> Any:
+        stats = EncodeStats()
+        try:
+            encoded = _encode_labels(
+                batch,
+                unit_column="user_id",
+                unit_ids="normalize",
+                candidate_column="site",
+                on_bad_record=on_bad_record,  # type: ignore[arg-type]
+                source="input",
+                stats=stats,
+            )
+        except BadRecordError as error:
+            return str(error)
+        return {key: list(column) for key, column in encoded.items()}, stats
+
+    assert outcome(RecordList(rows)) == outcome(list(rows))
+    assert outcome(RecordList(rows[:2])) == outcome(list(rows[:2]))
