@@ -25,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_dp.mechanisms import SecureRandom, selection
+from beam_dp.mechanisms import SecureRandom, per_key, selection
+from beam_dp.mechanisms.per_key import select_per_key
 from beam_dp.mechanisms.selection import select, top_k
 
 Request = tuple[Any, ...]
@@ -81,6 +82,7 @@ def _log_coin_batches(monkeypatch: pytest.MonkeyPatch) -> None:
         return original(c, multiples, source)
 
     monkeypatch.setattr(selection, "bernoulli_exp_multiples", logged)
+    monkeypatch.setattr(per_key, "bernoulli_exp_multiples", logged)
 
 
 def _work(draw: Callable[[RecordingSource], object]) -> list[Request]:
@@ -204,3 +206,78 @@ def test_the_exponential_mechanism_pads_to_its_rounds() -> None:
 def test_permute_and_flip_flips_every_coin_and_draws_ranks() -> None:
     work = _work(lambda source: select(_votes(7, 1), epsilon=1.0, sensitivity=1, rng=source))
     assert work == [("coins", D), ("words64", D)]
+
+
+PER_KEY_SHAPE = (2_000, 50)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_select_per_key_does_the_same_work_on_the_reported_neighbours(method: str) -> None:
+    # docs/timing.md: 2 000 keys x 50 candidates, no votes / one vote on one candidate.
+    first = np.zeros(PER_KEY_SHAPE, dtype=np.int64)
+    second = first.copy()
+    second[0, 3] = 1
+    for _ in range(2):
+        works = [
+            _work(
+                lambda source, scores=scores: select_per_key(
+                    scores,
+                    epsilon=1.0,
+                    sensitivity=1,
+                    monotonic=True,
+                    method=method,  # type: ignore[arg-type]
+                    rng=source,
+                )
+            )
+            for scores in (first, second)
+        ]
+        assert works[0] == works[1]
+
+
+KEYED_NEIGHBOURS = st.lists(
+    st.lists(st.integers(0, 12), min_size=1, max_size=12), min_size=1, max_size=40
+).flatmap(
+    lambda keys: st.tuples(
+        st.just(keys),
+        st.integers(0, len(keys) - 1),
+        st.integers(0, 11),
+        st.sampled_from(METHODS),
+    )
+)
+
+
+@settings(deadline=None, max_examples=60)
+@given(case=KEYED_NEIGHBOURS)
+def test_select_per_key_does_the_same_work_on_random_neighbours(
+    case: tuple[list[list[int]], int, int, str],
+) -> None:
+    keys, key, candidate, method = case
+    neighbour = [list(row) for row in keys]
+    neighbour[key][candidate % len(neighbour[key])] += 1
+    sizes = [len(row) for row in keys]
+    works = [
+        _work(
+            lambda source, rows=rows: select_per_key(
+                [score for row in rows for score in row],
+                sizes,
+                epsilon=1.0,
+                sensitivity=1,
+                monotonic=True,
+                method=method,  # type: ignore[arg-type]
+                rng=source,
+            )
+        )
+        for rows in (keys, neighbour)
+    ]
+    assert works[0] == works[1]
+
+
+def test_select_per_key_pads_every_key_to_its_rounds() -> None:
+    # Two keys of 3 and 2 candidates whose coins are all 1: still 32 rounds of d_k proposals.
+    rounds = selection.EXPONENTIAL_ROUNDS
+    work = _work(
+        lambda source: select_per_key(
+            [0, 0, 0, 5, 5], [3, 2], epsilon=1.0, sensitivity=1, method="exponential", rng=source
+        )
+    )
+    assert work == [("below_each", (3, 3, 3, 2, 2) * rounds), ("coins", 5 * rounds)]
