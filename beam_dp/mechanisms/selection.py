@@ -53,9 +53,11 @@ from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_score
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
+    "EXPONENTIAL_ROUNDS",
     "METHODS",
     "Method",
     "check_method",
+    "random_ranks",
     "score_loss_bound",
     "select",
     "selection_probabilities",
