@@ -217,7 +217,10 @@ def select(
     Privacy:
         epsilon-DP with respect to whichever neighbouring relation ``sensitivity`` and
         ``monotonic`` were derived for. ``method="exponential"`` is also epsilon**2/8-zCDP.
-        Only the index is released.
+        Only the index is released. The running time is a function of the number of
+        candidates, except for the coins' own work (``docs/timing.md``) and, for
+        ``method="exponential"``, rounds past the 32 padded ones (probability at most
+        ``e**-32``).
 
     Raises:
         ValueError: empty or non-finite scores, or epsilon or sensitivity not > 0 and finite.
