@@ -249,20 +249,21 @@ def others(quick: bool) -> None:
     keys = np.zeros((20 if quick else 2_000, 50), dtype=np.int64)
     one_key = keys.copy()
     one_key[0, 3] = 1
-    for label, scores in (
-        (f"{keys.shape[0]:,} keys x 50, no votes", keys),
-        ("one vote more", one_key),
-    ):
-        row(
-            "select_per_key, exponential",
-            label,
-            served(
-                lambda s, scores=scores: select_per_key(
-                    scores, epsilon=1.0, sensitivity=1, monotonic=True, method="exponential", rng=s
+    for method in ("exponential", "permute_and_flip"):
+        for label, scores in (
+            (f"{keys.shape[0]:,} keys x 50, no votes", keys),
+            ("one vote more", one_key),
+        ):
+            row(
+                f"select_per_key, {method}",
+                label,
+                served(
+                    lambda s, scores=scores, method=method: select_per_key(
+                        scores, epsilon=1.0, sensitivity=1, monotonic=True, method=method, rng=s
+                    ),
+                    max(runs // 5, 2),
                 ),
-                max(runs // 5, 2),
-            ),
-        )
+            )
     for gap in (1, 1_000):
         gaps = np.array([0, gap] * 500, dtype=np.int64)
         row(

@@ -16,21 +16,26 @@ probability ``exp(-gamma_r)`` with ``gamma_r = epsilon * (q_max,k - q_r) / (2 * 
 law of the output, are those of :func:`~.selection.select` on the key alone (which may use a
 coarser unit and a correspondingly larger ``c``; the product is the same rational).
 
-* **Permute-and-flip.** For a key, flip every candidate's coin and return a uniformly random
-  success. This is permute-and-flip exactly: the coins are independent of the visiting order,
-  and the key's best candidate has a coin of probability 1, so the first success in a uniform
-  order is a uniform member of the set of successes (the argument of
+* **Permute-and-flip.** For a key, flip every candidate's coin and return its success of
+  smallest rank in a uniformly random permutation. This is permute-and-flip exactly: the coins
+  are independent of the visiting order, and the key's best candidate has a coin of
+  probability 1, so the first success in a uniform order exists (the argument of
   :func:`~.selection._permute_and_flip`). All keys' coins are one call of
-  :func:`~.bernoulli.bernoulli_exp_multiples`; the uniform pick is one exact uniform integer
-  per key (:meth:`~.randomness.RandomSource.below_each`).
+  :func:`~.bernoulli.bernoulli_exp_multiples`; the ranks are one random permutation of all the
+  chunk's candidates (:func:`~.selection.random_ranks`), so no draw depends on how many coins
+  succeed.
 * **Exponential mechanism.** Rejection, as in :func:`~.selection._exponential`: propose a
   uniform candidate of the key, accept it with probability ``exp(-gamma_r) <= 1``, repeat.
-  Each round draws a block of i.i.d. proposals for every key still open (the block size is a
-  floating-point guess of what the key needs; it changes only the cost) and a key closes at
-  its first accepted proposal in draw order, which is the sequential algorithm exactly. A round
-  closes each open key with probability at least ``1 / d_k`` (its best candidate is accepted
-  for sure when proposed), so the loop ends with probability 1, after about
-  ``log(keys) * d_k / sum_r exp(-gamma_r)`` rounds at worst.
+  Every key gets :data:`~.selection.EXPONENTIAL_ROUNDS` (32) rounds of ``d_k`` i.i.d.
+  proposals, always, and keeps its first accepted proposal in draw order, which is the
+  sequential algorithm exactly. A proposal is accepted with probability at least ``1 / d_k``
+  (the best candidate is accepted for sure), so a key needs more than the padded rounds with
+  probability at most ``e**-32`` (about ``1.3e-14``); only then do open keys draw further
+  rounds, until every key is closed (probability 1).
+
+Running time (``docs/timing.md``): the sizes of every request to the random source and of
+every coin batch are functions of the public numbers of candidates, except past the padding
+above; the work inside :func:`~.bernoulli.bernoulli_exp_multiples` depends on the gaps.
 
 Keys are processed in chunks of about a million candidates (memory only; keys are
 independent). Scores too large for int64 after the exact conversion fall back to one exact
@@ -49,16 +54,25 @@ import numpy.typing as npt
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
 from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_scores
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
-from beam_dp.mechanisms.selection import Method, _rate, _select_exact, check_method
+from beam_dp.mechanisms.selection import (
+    _RANK_SENTINEL,
+    EXPONENTIAL_ROUNDS,
+    Method,
+    _rate,
+    _select_exact,
+    check_method,
+    random_ranks,
+)
 
 __all__ = ["select_per_key"]
 
 IntArray = npt.NDArray[np.int64]
 
+# Padded rounds of the exponential mechanism (a test lowers it to exercise the rounds past it).
+_ROUNDS = EXPONENTIAL_ROUNDS
+
 # Candidates per chunk of keys (memory only: about 100 MB of temporaries at most).
 _CHUNK_CANDIDATES = 1 << 20
-# Largest block of proposals per key and round for the exponential mechanism (cost only).
-_MAX_BLOCK = 1 << 12
 
 
 def _as_rows(scores: Any) -> Any:
@@ -110,15 +124,23 @@ def _flat_scores(scores: Any, counts: Any) -> tuple[Any, IntArray]:
     return flat, sizes
 
 
-def _pick_uniform_successes(
+def _pick_by_rank(
     coins: npt.NDArray[np.bool_], offsets: IntArray, source: RandomSource
 ) -> IntArray:
-    """For each key (a run of ``coins`` from ``offsets``), a uniformly random success."""
-    successes = np.add.reduceat(coins.astype(np.int64), offsets)
-    positions = np.flatnonzero(coins)
-    first = np.cumsum(successes) - successes
-    picks = source.below_each(successes)
-    chosen: IntArray = positions[first + picks] - offsets
+    """For each key (a run of ``coins`` from ``offsets``), its success of smallest random rank.
+
+    The ranks are one uniformly random permutation of all the chunk's candidates
+    (:func:`~.selection.random_ranks`), so within each key they are a uniform permutation of
+    its candidates, independent across keys: the success of smallest rank is the first success
+    in a uniform visiting order. The work is a function of the number of candidates only.
+    """
+    ranks = random_ranks(int(coins.shape[0]), source)
+    masked = np.where(coins, ranks, _RANK_SENTINEL)
+    smallest = np.minimum.reduceat(masked, offsets)
+    sizes = np.diff(np.append(offsets, coins.shape[0]))
+    # ranks are distinct and every key has a success: exactly one hit per key, in key order
+    hits = np.flatnonzero(masked == np.repeat(smallest, sizes))
+    chosen: IntArray = hits - offsets
     return chosen
 
 
@@ -126,41 +148,75 @@ def _permute_and_flip_chunk(
     gaps: IntArray, offsets: IntArray, rate: Fraction, source: RandomSource
 ) -> IntArray:
     coins = bernoulli_exp_multiples(rate, gaps, source)
-    return _pick_uniform_successes(coins, offsets, source)
-
-
-def _blocks(gaps: IntArray, offsets: IntArray, sizes: IntArray, rate: Fraction) -> IntArray:
-    """Proposals per key and round: a power of two near twice the expected need (cost only)."""
-    weights = np.exp(-float(rate) * gaps.astype(np.float64))
-    totals = np.maximum(np.add.reduceat(weights, offsets), 1.0)
-    expected = sizes / totals
-    exponents = np.ceil(np.log2(np.maximum(2.0 * expected, 1.0)))
-    blocks = np.minimum(np.exp2(exponents), _MAX_BLOCK).astype(np.int64)
-    return blocks
+    return _pick_by_rank(coins, offsets, source)
 
 
 def _exponential_chunk(
-    gaps: IntArray, offsets: IntArray, sizes: IntArray, rate: Fraction, source: RandomSource
+    gaps: IntArray,
+    offsets: IntArray,
+    sizes: IntArray,
+    rate: Fraction,
+    source: RandomSource,
+    rounds: int,
 ) -> IntArray:
+    """Every key's exponential mechanism, with padded, public rounds.
+
+    A round draws ``d_k`` i.i.d. proposals for every key ``k`` (its number of candidates) and
+    flips their coins; ``rounds`` rounds are always drawn for every key, in calls of whole
+    rounds of at most about :data:`_CHUNK_CANDIDATES` proposals (sizes fixed by ``sizes``).
+    A key keeps its first accepted proposal in draw order. A key has no acceptance in all
+    ``rounds`` rounds with probability at most ``e**-rounds`` (as in
+    :func:`~.selection._exponential`), so some key of the chunk does with probability at most
+    ``keys * e**-rounds``; only then are further rounds (one proposal block per open key)
+    drawn for the open keys: the residual, data-dependent work.
+    """
     keys = sizes.size
-    chosen = np.empty(keys, dtype=np.int64)
-    blocks = _blocks(gaps, offsets, sizes, rate)
-    open_keys = np.arange(keys)
-    while open_keys.size:
-        per_key = blocks[open_keys]
-        owner = np.repeat(np.arange(open_keys.size), per_key)  # lanes in draw order per key
-        proposals = source.below_each(np.repeat(sizes[open_keys], per_key))
-        coins = bernoulli_exp_multiples(
-            rate, gaps[np.repeat(offsets[open_keys], per_key) + proposals], source
+    chosen = np.full(keys, -1, dtype=np.int64)
+    total = int(sizes.sum())
+    per_call = max(1, min(rounds, _CHUNK_CANDIDATES // max(total, 1)))
+    owner_round = np.repeat(np.arange(keys), sizes)
+    drawn = 0
+    while drawn < rounds:
+        count = min(per_call, rounds - drawn)
+        _close(
+            np.tile(owner_round, count), np.arange(keys), gaps, offsets, sizes, rate, source, chosen
         )
-        accepted = np.flatnonzero(coins)
-        # the first accepted lane of each key: lanes are grouped by key, in draw order
-        closing, first = np.unique(owner[accepted], return_index=True)
-        chosen[open_keys[closing]] = proposals[accepted[first]]
-        still_open = np.ones(open_keys.size, dtype=bool)
-        still_open[closing] = False
-        open_keys = open_keys[still_open]
+        drawn += count
+    open_keys = np.flatnonzero(chosen < 0)
+    while open_keys.size:  # past the padding (probability <= keys * e**-rounds)
+        _close(
+            np.repeat(np.arange(open_keys.size), sizes[open_keys]),
+            open_keys,
+            gaps,
+            offsets,
+            sizes,
+            rate,
+            source,
+            chosen,
+        )
+        open_keys = np.flatnonzero(chosen < 0)
     return chosen
+
+
+def _close(
+    owner: IntArray,
+    which: IntArray,
+    gaps: IntArray,
+    offsets: IntArray,
+    sizes: IntArray,
+    rate: Fraction,
+    source: RandomSource,
+    chosen: IntArray,
+) -> None:
+    """One call of proposals: lane ``i`` proposes for key ``which[owner[i]]``; keys not yet
+    chosen take their first accepted lane (lanes of a key are in draw order)."""
+    key_of_lane = which[owner]
+    proposals = source.below_each(sizes[key_of_lane])
+    coins = bernoulli_exp_multiples(rate, gaps[offsets[key_of_lane] + proposals], source)
+    accepted = np.flatnonzero(coins)
+    closing, first = np.unique(key_of_lane[accepted], return_index=True)
+    fresh = chosen[closing] < 0
+    chosen[closing[fresh]] = proposals[accepted[first[fresh]]]
 
 
 def _chunks(sizes: IntArray) -> list[tuple[int, int]]:
@@ -256,5 +312,7 @@ def select_per_key(
         if chosen_method == "permute_and_flip":
             chosen[first_key:stop_key] = _permute_and_flip_chunk(gaps, offsets, rate, source)
         else:
-            chosen[first_key:stop_key] = _exponential_chunk(gaps, offsets, part_sizes, rate, source)
+            chosen[first_key:stop_key] = _exponential_chunk(
+                gaps, offsets, part_sizes, rate, source, _ROUNDS
+            )
     return chosen

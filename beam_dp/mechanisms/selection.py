@@ -16,16 +16,21 @@ Sampling is exact. Scores become exact rationals (:mod:`.exact_scores`), epsilon
 sensitivity are converted from floats exactly, and every coin is an exact Bernoulli(exp(-x))
 (:mod:`.bernoulli`) fed by uniform bits from the OS CSPRNG (:mod:`.randomness`).
 
-* Permute-and-flip walks a lazily drawn uniform order when many candidates are near the top,
-  and otherwise uses an equivalent form: the coins are independent of the order, and the
-  candidate of the best score has a coin of probability 1, so the first success in a uniformly
-  random order is a uniformly random member of the set of successes. We flip every coin
-  (vectorised) and pick one success uniformly (see :func:`_permute_and_flip`).
+* Permute-and-flip uses an equivalent form: the coins are independent of the visiting order,
+  and the candidate of the best score has a coin of probability 1, so the first success in a
+  uniformly random order is the success of smallest rank in a uniformly random permutation.
+  We flip every coin (vectorised), draw the permutation's ranks and take that success (see
+  :func:`_permute_and_flip`).
 * The exponential mechanism is sampled by rejection: propose a uniformly random candidate,
   accept it with probability ``exp(-gamma_r)`` (at most 1 since gammas are measured from the
-  maximum), repeat. Proposals are drawn and flipped in batches; the first accepted proposal in
-  draw order is returned, which is exactly the sequential algorithm. The expected number of
-  proposals is ``d / sum_r exp(-gamma_r) <= d``.
+  maximum), repeat. A padded number of rounds of ``d`` proposals is always drawn and flipped;
+  the first accepted proposal in draw order is returned, which is exactly the sequential
+  algorithm (see :func:`_exponential`).
+
+Running time (``docs/timing.md``): the number and sizes of the requests to the random source
+and of the coin batches are functions of the number of candidates only, except, for the
+exponential mechanism, when all padded rounds fail (probability at most ``e**-32``). What is
+left is inside :func:`~.bernoulli.bernoulli_exp_multiples`, whose work depends on the gaps.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_score
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
+    "EXPONENTIAL_ROUNDS",
     "METHODS",
     "Method",
     "check_method",
+    "random_ranks",
     "score_loss_bound",
     "select",
     "selection_probabilities",
@@ -90,83 +97,81 @@ def _rate(
     )
 
 
-def _uniform_among_successes(
-    gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource, where: npt.NDArray[np.int64]
-) -> int:
-    """Flip the coins of ``where`` and return a uniformly random success (one must exist)."""
-    coins = bernoulli_exp_multiples(rate, gaps[where], source)
-    successes = where[coins]
-    return int(successes[source.randbelow(successes.size)])
+#: Rounds of ``d`` proposals the exponential mechanism always draws (see :func:`_exponential`).
+EXPONENTIAL_ROUNDS = 32
+
+_RANK_SENTINEL = np.uint64((1 << 64) - 1)  # above every 63-bit rank
 
 
-def _permute_and_flip(
-    gaps: npt.NDArray[Any],
-    rate: Fraction,
-    source: RandomSource,
-    *,
-    handover: float = 0.5,
-    batch: int | None = None,
-) -> int:
-    """Permute-and-flip, exactly, by whichever of two equivalent procedures is cheaper.
+def random_ranks(n: int, source: RandomSource) -> npt.NDArray[np.uint64]:
+    """``n`` distinct 63-bit integers whose order is a uniformly random permutation.
 
-    * Visit lazily: the distinct values of i.i.d. uniform draws, in order of first
-      appearance, are a uniformly random permutation; flip each visited candidate's coin and
-      stop at the first success. Cheap when many candidates are near the top (expected visits
-      ``d / sum_r exp(-gamma_r)``).
-    * Flip every remaining coin and return a uniform success: the first success of a random
-      order, since coins and order are independent. The lazy walk hands over to this once
-      a fraction ``handover`` (half) of the candidates is visited: the unvisited ones, in the
-      rest of a uniform order, are again in a uniform order, and the best candidate (coin
-      probability 1) is among them.
-
-    Which one runs is decided by a floating-point estimate of the expected number of visits;
-    it affects only the cost, never the distribution (as do ``batch``, the number of draws
-    per step of the walk, and ``handover``; tests vary them to exercise both paths).
+    Draws ``n`` i.i.d. uniform 63-bit words and starts again if any two are equal (checked over
+    all ``n``). Conditioned on being distinct, i.i.d. words are exchangeable, so their ranks are
+    a uniform permutation. The work is a function of ``n`` only: one draw of ``n`` words, and a
+    redraw with probability below ``n**2 / 2**64`` (a law that depends on ``n`` alone).
     """
-    d = int(gaps.shape[0])
-    remaining = np.arange(d)
-    if d >= 256 and gaps.dtype != object:
-        weights = np.exp(-float(rate) * gaps.astype(np.float64))
-        expected_visits = d / max(float(weights.sum()), 1.0)
-        if expected_visits * 8 < d:
-            visited = np.zeros(d, dtype=bool)
-            count = 0
-            if batch is None:
-                batch = int(min(d, max(64, math.ceil(3 * expected_visits))))
-            while count < handover * d:
-                draws = source.below(d, batch)
-                _, first = np.unique(draws, return_index=True)
-                in_order = draws[np.sort(first)]
-                fresh = in_order[~visited[in_order]]
-                if not fresh.size:
-                    continue
-                hits = np.flatnonzero(bernoulli_exp_multiples(rate, gaps[fresh], source))
-                if hits.size:
-                    return int(fresh[hits[0]])
-                visited[fresh] = True
-                count += int(fresh.size)
-            remaining = np.flatnonzero(~visited)
-    return _uniform_among_successes(gaps, rate, source, remaining)
+    while True:
+        ranks: npt.NDArray[np.uint64] = source.words64(n) >> np.uint64(1)
+        ordered = np.sort(ranks)
+        if not np.any(ordered[1:] == ordered[:-1]):
+            return ranks
 
 
-def _batch_size(gaps: npt.NDArray[Any], rate: Fraction) -> int:
-    """Proposals per batch: about 3x the expected number needed (performance only)."""
-    d = int(gaps.shape[0])
-    weights = np.exp(-float(rate) * gaps.astype(np.float64))
-    expected = d / max(float(weights.sum()), 1.0)
-    return int(min(_MAX_BATCH, max(16, math.ceil(3 * expected))))
+def _permute_and_flip(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
+    """Permute-and-flip, exactly, with work fixed by ``d``.
+
+    Flip every candidate's coin, give every candidate a rank of a uniformly random permutation
+    (:func:`random_ranks`), and return the success of smallest rank: the first success in a
+    uniformly random visiting order, which is permute-and-flip (the coins are independent of
+    the order; the best candidate's coin has probability 1, so a success exists).
+
+    Work: one call of :func:`~.bernoulli.bernoulli_exp_multiples` on all ``d`` gaps (whose
+    internal work depends on the gaps: see ``docs/timing.md``), ``d`` random 63-bit ranks
+    (redrawn with probability below ``d**2 / 2**64``), and ``O(d)`` array operations. No
+    rejection depends on how many coins succeed: the pick is a minimum over a public number of
+    ranks.
+    """
+    coins = bernoulli_exp_multiples(rate, gaps, source)
+    ranks = random_ranks(int(gaps.shape[0]), source)
+    return int(np.argmin(np.where(coins, ranks, _RANK_SENTINEL)))
 
 
-def _exponential(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource) -> int:
+def _exponential(
+    gaps: npt.NDArray[Any], rate: Fraction, source: RandomSource, rounds: int = EXPONENTIAL_ROUNDS
+) -> int:
+    """The exponential mechanism by rejection, with a padded, public number of proposals.
+
+    Proposals are i.i.d. uniform over the ``d`` candidates; a proposal ``r`` is accepted with
+    probability ``exp(-gamma_r) <= 1``, and the first accepted proposal in draw order is
+    returned: the sequential rejection sampler exactly, whose output has law
+    ``exp(-gamma_r) / sum_s exp(-gamma_s)``.
+
+    Work: ``rounds`` rounds of ``d`` proposals each are always drawn and flipped, in calls of
+    at most :data:`_MAX_BATCH` proposals (whole rounds; the sizes are a function of ``d``),
+    whatever round the first acceptance falls in. A proposal is accepted with probability
+    ``sum_s exp(-gamma_s) / d >= 1 / d`` (the best candidate's coin is 1), so a round of ``d``
+    has no acceptance with probability at most ``(1 - 1/d)**d <= e**-1``, and all ``rounds``
+    rounds fail with probability at most ``e**-rounds`` (``e**-32``, about ``1.3e-14``, at the
+    default :data:`EXPONENTIAL_ROUNDS`). Only then are more rounds drawn, one call of the
+    same size at a time, until one accepts: that is the residual, data-dependent work.
+    """
     d = int(gaps.shape[0])
     if d == 1:
         return 0
-    batch = _batch_size(gaps, rate)
-    while True:
-        proposals = source.below(d, batch)
-        accepted = np.flatnonzero(bernoulli_exp_multiples(rate, gaps[proposals], source))
-        if accepted.size:
-            return int(proposals[accepted[0]])
+    per_call = max(1, min(rounds, _MAX_BATCH // d))
+    chosen = -1
+    drawn = 0
+    while drawn < rounds or chosen < 0:
+        count = min(per_call, rounds - drawn) if drawn < rounds else per_call
+        proposals = source.below(d, count * d)
+        coins = bernoulli_exp_multiples(rate, gaps[proposals], source)
+        if chosen < 0:
+            accepted = np.flatnonzero(coins)
+            if accepted.size:
+                chosen = int(proposals[accepted[0]])
+        drawn += count
+    return chosen
 
 
 def _select_exact(
@@ -212,7 +217,10 @@ def select(
     Privacy:
         epsilon-DP with respect to whichever neighbouring relation ``sensitivity`` and
         ``monotonic`` were derived for. ``method="exponential"`` is also epsilon**2/8-zCDP.
-        Only the index is released.
+        Only the index is released. The running time is a function of the number of
+        candidates, except for the coins' own work (``docs/timing.md``) and, for
+        ``method="exponential"``, rounds past the 32 padded ones (probability at most
+        ``e**-32``).
 
     Raises:
         ValueError: empty or non-finite scores, or epsilon or sensitivity not > 0 and finite.

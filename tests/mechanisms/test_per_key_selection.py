@@ -145,9 +145,9 @@ def test_beyond_int64_falls_back_with_the_same_law(method: str) -> None:
         assert chi_square_pvalue(observed, probs) > FPR / len(keys)
 
 
-def test_exponential_blocks_change_only_the_cost(monkeypatch: pytest.MonkeyPatch) -> None:
-    # One proposal per key and round: the sequential algorithm itself.
-    monkeypatch.setattr(per_key, "_MAX_BLOCK", 1)
+def test_exponential_rounds_past_the_padding_keep_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One padded round instead of 32: many keys draw further rounds (the residual path).
+    monkeypatch.setattr(per_key, "_ROUNDS", 1)
     keys = [KEYS[3], KEYS[5]]
     repeats = 10_000
     scores, counts = _concatenated(keys, repeats)
