@@ -5,7 +5,9 @@ The engine tests rely on it (tests/engines/conftest.py): each group's Flink clus
 server is started by one worker. pytest 9.2 with pytest-xdist 3.8 silently dropped the groups
 (xdist renames a private attribute that pytest 9.2 no longer reads): both workers then started
 their own clusters, and a job hung until its watchdog cancelled it. setup.py pins pytest below
-9.2; this test fails if a version drift loses the groups again.
+9.2; this test fails if a version drift loses the groups again. (The engine tests' groups are
+module marks for the same reason this one is: a mark added later, by a conftest's
+``pytest_collection_modifyitems``, was never seen by xdist either.)
 """
 
 from __future__ import annotations

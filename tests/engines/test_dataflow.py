@@ -27,6 +27,9 @@ from engines_env import REPO, unavailable
 from pipelines import best_price, election, quantiles, release, top_candidates
 from pipelines.execute import ReleaseCheckError
 
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("dataflow")
+
 BUCKET = "gs://beam-dp-dry-run"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 

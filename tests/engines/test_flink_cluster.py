@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from engine_jobs import job_quantiles, job_release, write_survey
 from engines_env import DumpElements, load_test_module
@@ -17,6 +18,9 @@ from stats_helpers import clopper_pearson
 
 from beam_dp.beam.selection import Election
 from beam_dp.release import Release
+
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("flink-cluster")
 
 AUDIT = Path(__file__).parents[1] / "audit" / "test_end_to_end_audit.py"
 

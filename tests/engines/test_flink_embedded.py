@@ -10,6 +10,9 @@ import pytest
 from engine_jobs import JOBS, write_survey
 from windowed_batch import run_windowed
 
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("flink-embedded")
+
 FLAGS = ["--runner", "FlinkRunner", "--flink_version", "1.19", "--environment_type", "LOOPBACK"]
 
 

@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_jobs import RELEASE_PLAN, check_release, release_config, write_survey
 from engines_env import JOB_TIMEOUT, REPO
+
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("flink-cluster")
 
 USERS = 30_000  # 90,000 rows: the job reads for long enough to be hit while it does
 

@@ -17,10 +17,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from engines_env import REPO
 
 from beam_dp.ledger import open_ledger
 from pipelines import budget, stream
+
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("flink-embedded")
 
 WINDOWS = 2
 WINDOW_SECONDS = 10

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
+import pytest
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
@@ -36,6 +37,9 @@ from beam_dp.beam._contributions import (
     TagWindowFn,
     split_tagged_to_shards,
 )
+
+# One worker runs this group (tests/engines/conftest.py says why).
+pytestmark = pytest.mark.xdist_group("flink-embedded")
 
 TESTS = Path(__file__).parents[1]
 streaming = load_test_module(
