@@ -91,6 +91,16 @@ def _work(draw: Callable[[RecordingSource], object]) -> list[Request]:
     return source.requests
 
 
+def _works_on(
+    sampler: Callable[..., object], inputs: tuple[object, ...], *args: object, **options: object
+) -> list[list[Request]]:
+    """The logs of ``sampler(scores, *args, rng=source, **options)`` on each of ``inputs``."""
+    return [
+        _work(lambda source, scores=scores: sampler(scores, *args, rng=source, **options))
+        for scores in inputs
+    ]
+
+
 METHODS = ["permute_and_flip", "exponential"]
 D = 10_000
 
@@ -115,19 +125,9 @@ PAIRS = {
 def test_select_does_the_same_work_on_the_reported_neighbours(method: str, pair: str) -> None:
     first, second = (_votes(7, votes) for votes in PAIRS[pair])
     for _ in range(3):
-        works = [
-            _work(
-                lambda source, counts=counts: select(
-                    counts,
-                    epsilon=1.0,
-                    sensitivity=1,
-                    monotonic=True,
-                    method=method,  # type: ignore[arg-type]
-                    rng=source,
-                )
-            )
-            for counts in (first, second)
-        ]
+        works = _works_on(
+            select, (first, second), epsilon=1.0, sensitivity=1, monotonic=True, method=method
+        )
         assert works[0] == works[1]
         assert works[0]  # the log is not empty: the recording works
 
@@ -151,19 +151,9 @@ def test_select_does_the_same_work_on_random_neighbours(
     counts, where, step, method, epsilon = case
     neighbour = list(counts)
     neighbour[where] = max(0, neighbour[where] + step)
-    works = [
-        _work(
-            lambda source, scores=scores: select(
-                scores,
-                epsilon=epsilon,
-                sensitivity=1,
-                monotonic=True,
-                method=method,  # type: ignore[arg-type]
-                rng=source,
-            )
-        )
-        for scores in (counts, neighbour)
-    ]
+    works = _works_on(
+        select, (counts, neighbour), epsilon=epsilon, sensitivity=1, monotonic=True, method=method
+    )
     assert works[0] == works[1]
 
 
@@ -172,19 +162,7 @@ def test_top_k_does_the_same_work_on_neighbours(method: str) -> None:
     first = np.arange(400, dtype=np.int64) % 7
     second = first.copy()
     second[3] += 1
-    works = [
-        _work(
-            lambda source, scores=scores: top_k(
-                scores,
-                5,
-                epsilon=1.0,
-                sensitivity=1,
-                method=method,  # type: ignore[arg-type]
-                rng=source,
-            )
-        )
-        for scores in (first, second)
-    ]
+    works = _works_on(top_k, (first, second), 5, epsilon=1.0, sensitivity=1, method=method)
     assert works[0] == works[1]
 
 
@@ -218,19 +196,14 @@ def test_select_per_key_does_the_same_work_on_the_reported_neighbours(method: st
     second = first.copy()
     second[0, 3] = 1
     for _ in range(2):
-        works = [
-            _work(
-                lambda source, scores=scores: select_per_key(
-                    scores,
-                    epsilon=1.0,
-                    sensitivity=1,
-                    monotonic=True,
-                    method=method,  # type: ignore[arg-type]
-                    rng=source,
-                )
-            )
-            for scores in (first, second)
-        ]
+        works = _works_on(
+            select_per_key,
+            (first, second),
+            epsilon=1.0,
+            sensitivity=1,
+            monotonic=True,
+            method=method,
+        )
         assert works[0] == works[1]
 
 
