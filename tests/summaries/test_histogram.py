@@ -292,6 +292,44 @@ def test_histograms_pickle_in_both_forms() -> None:
         assert copy == histogram and copy.is_dense == histogram.is_dense
 
 
+@fresh_examples(60)
+@given(
+    slots=st.lists(st.integers(0, 4000), max_size=200),
+    heavy=st.sampled_from([0, 1, 255, 256, 65_535, 65_536, 2**32, 2**40]),
+    dense=st.booleans(),
+)
+def test_pickled_histograms_restore_every_count_in_both_forms(
+    slots: list[int], heavy: int, dense: bool
+) -> None:
+    histogram = GridHistogram(4001).add_slots(slots)
+    if heavy:  # one slot past each narrow type's range
+        histogram.merge(GridHistogram(4001))._densify()[4000] += heavy
+        if not dense:
+            histogram.compact()
+    elif dense:
+        histogram._densify()
+    copy = pickle.loads(pickle.dumps(histogram))
+
+    assert copy == histogram and copy.is_dense == histogram.is_dense
+    assert copy.counts().dtype == np.int64 and copy.total == histogram.total
+    assert copy.merge(histogram).total == 2 * histogram.total
+
+
+def test_a_million_point_partial_crosses_the_wire_in_narrow_types() -> None:
+    # Flink's batch merge holds every partial of a key in one record: a partial over the
+    # default 10^6-point grid must be far smaller than its 16 MB of int64 counts.
+    grid = Grid.uniform(0.0, 20.0, 10**6)
+    rng = np.random.default_rng(7)
+    values = rng.lognormal(0.0, 1.0, 300_000)
+    sparse = grid.histogram(values).compact()
+    dense = grid.histogram(rng.uniform(0.0, 20.0, 3 * 10**6)).compact()
+
+    assert not sparse.is_dense and dense.is_dense
+    assert len(pickle.dumps(sparse)) < 3 * 300_000 + 1000  # 16 bytes per slot as int64
+    assert len(pickle.dumps(dense)) < grid.num_slots + 1000  # 8 bytes per slot as int64
+    assert pickle.loads(pickle.dumps(sparse)) == sparse
+
+
 slot_lists = st.lists(st.integers(0, 40), max_size=30)
 
 
