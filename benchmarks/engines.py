@@ -10,7 +10,8 @@ Data (generated into ``--data-dir``, reused when present): Parquet files of 2^22
 engine reads them in parallel), ``user_id`` int64 drawn uniformly from ``rows / 10`` units
 (about 10 rows per unit), ``value`` lognormal(0, 1) float64. The job is
 ``python -m pipelines.quantiles --privacy_unit user_id --value value --quantiles 0.5
---lower 0 --upper 20 --epsilon 1`` (``--max_contributions 1``: bounding shuffles every row).
+--lower 0 --upper 20 --epsilon 1`` (rows per unit ``auto``, the jobs' default: bounding
+shuffles every row, a private choice of the bound, then a re-bound of every shard).
 
 What is measured, per run, by sampling ``/proc`` every 0.2 s:
 
@@ -245,9 +246,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--flink-tm-memory", default="3584m")
     parser.add_argument(
         "--flink-parallelism",
-        type=int,
-        default=FLINK_PARALLELISM,
-        help="the Flink jobs' --parallelism (instances run in turns on the 2 slots)",
+        default=str(FLINK_PARALLELISM),
+        help="the Flink jobs' --parallelism (instances run in turns on the 2 slots), or "
+        "'auto': one instance per file of the export (each holds one file's share)",
     )
     parser.add_argument(
         "--flink-execution-mode",
@@ -317,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ]
                 flags = [
                     "--runner", "FlinkRunner", "--flink_version", "1.19",
-                    "--parallelism", str(args.flink_parallelism),
+                    "--parallelism", "{parallelism}",
                     "--job_endpoint", server.endpoint,
                     "--environment_type", "EXTERNAL", "--environment_config", pool.address,
                 ]  # fmt: skip
@@ -327,8 +328,17 @@ def main(argv: Sequence[str] | None = None) -> None:
                 os.environ["JAVA_HOME"] = java  # Beam starts $JAVA_HOME/bin/java (Spark)
             for rows in sizes:
                 extra = ["--show_tracebacks_unsafe"] if args.debug else []
-                command = job_command(patterns[rows], work / f"out_{runner}_{rows}", flags + extra)
-                print(f"{runner} at {rows:,} rows ...", flush=True)
+                parallelism = (
+                    str(-(-rows // FILE_ROWS))
+                    if args.flink_parallelism == "auto"
+                    else str(int(args.flink_parallelism))
+                )
+                run_flags = [flag.format(parallelism=parallelism) for flag in flags]
+                command = job_command(
+                    patterns[rows], work / f"out_{runner}_{rows}", run_flags + extra
+                )
+                shown = f" (--parallelism {parallelism})" if runner == "flink" else ""
+                print(f"{runner} at {rows:,} rows{shown} ...", flush=True)
                 result = run_job(runner, rows, command, roots, args.timeout)
                 results.append(result)
                 print(f"  {format_row(result)}", flush=True)
