@@ -401,7 +401,17 @@ class GridHistogram:
         """Whether the counts are currently stored densely."""
         return self._dense is not None
 
+    def _widen(self) -> None:
+        # An unpickled histogram keeps its counts in the narrow type they crossed the wire in
+        # (__setstate__): a merge of many partials holds them at that size. Counts are widened
+        # to int64 before this histogram is changed.
+        if self._dense is not None and self._dense.dtype != np.int64:
+            self._dense = self._dense.astype(np.int64)
+        if self._counts.dtype != np.int64:
+            self._counts = self._counts.astype(np.int64)
+
     def _densify(self) -> IntArray:
+        self._widen()
         if self._dense is None:
             dense = np.zeros(self.num_slots, dtype=np.int64)
             dense[self._index] = self._counts
@@ -433,6 +443,7 @@ class GridHistogram:
             return self
         if int(index.min()) < 0 or int(index.max()) >= self.num_slots:
             raise ValueError(f"slot indices must lie in [0, {self.num_slots})")
+        self._widen()
         if self._dense is not None or index.size * _DENSE_FRACTION > self.num_slots:
             np.add.at(self._densify(), index, 1)
             return self
@@ -456,32 +467,34 @@ class GridHistogram:
             )
         if other._dense is None and other._index.size == 0:
             return self
+        self._widen()
         if self._dense is not None:
             if other._dense is not None:
-                self._dense += other._dense
+                self._dense += _wide(other._dense)
             else:
-                self._dense[other._index] += other._counts
+                self._dense[other._index] += _wide(other._counts)
             return self
         if other._dense is not None:
-            dense = other._dense.copy()
+            dense = np.array(other._dense, dtype=np.int64)  # a copy
             dense[self._index] += self._counts
             self._dense = dense
             self._index = np.zeros(0, dtype=np.int64)
             self._counts = np.zeros(0, dtype=np.int64)
             return self
         if self._index.size == 0:
-            self._set_sparse(other._index.copy(), other._counts.copy())
+            self._set_sparse(other._index.copy(), np.array(other._counts, dtype=np.int64))
             return self
         self._set_sparse(
             *self._combine(
                 np.concatenate([self._index, other._index]),
-                np.concatenate([self._counts, other._counts]),
+                np.concatenate([self._counts, _wide(other._counts)]),
             )
         )
         return self
 
     def compact(self) -> GridHistogram:
         """Store the counts in the smaller form (before an accumulator crosses the wire)."""
+        self._widen()
         if self._dense is not None:
             occupied = np.flatnonzero(self._dense)
             if occupied.size * _DENSE_FRACTION <= self.num_slots:
@@ -493,7 +506,7 @@ class GridHistogram:
     def counts(self) -> IntArray:
         """The dense count array (a copy) of length ``num_slots``."""
         if self._dense is not None:
-            return self._dense.copy()
+            return np.array(self._dense, dtype=np.int64)  # a copy
         dense = np.zeros(self.num_slots, dtype=np.int64)
         dense[self._index] = self._counts
         return dense
@@ -527,7 +540,8 @@ class GridHistogram:
         # the sparse form's slot indices as gaps between occupied slots (mostly one or two
         # bytes each). A partial over a 10^6-point grid is then a few MB instead of 16, which
         # is what a runner that hands all partials of a key to one merge (Flink's batch
-        # GroupReduce) holds in one record. Restored as int64 by __setstate__.
+        # GroupReduce) holds in one record, and an unpickled partial keeps the narrow type
+        # until it is changed, so that merge holds every partial at this size too.
         if self._dense is not None:
             return {"num_slots": self.num_slots, "dense": _narrow(self._dense)}
         gaps = np.diff(self._index, prepend=np.int64(0))
@@ -539,13 +553,19 @@ class GridHistogram:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.num_slots = int(state["num_slots"])
-        dense = state.get("dense")
-        self._dense = None if dense is None else np.asarray(dense, dtype=np.int64)
+        # Counts stay in their narrow type until this histogram changes (_widen).
+        self._dense = state.get("dense")
         if "gaps" in state:
             self._index = np.cumsum(np.asarray(state["gaps"], dtype=np.int64), dtype=np.int64)
         else:
             self._index = np.zeros(0, dtype=np.int64)
-        self._counts = np.asarray(state.get("counts", self._index[:0]), dtype=np.int64)
+        self._counts = state.get("counts", self._index[:0])
+
+
+def _wide(array: npt.NDArray[np.integer[Any]]) -> IntArray:
+    """``array``'s values as int64 (no copy when they are int64 already)."""
+    wide: IntArray = array.astype(np.int64, copy=False)
+    return wide
 
 
 def _narrow(array: IntArray) -> npt.NDArray[np.unsignedinteger[Any]]:

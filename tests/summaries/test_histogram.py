@@ -312,7 +312,18 @@ def test_pickled_histograms_restore_every_count_in_both_forms(
 
     assert copy == histogram and copy.is_dense == histogram.is_dense
     assert copy.counts().dtype == np.int64 and copy.total == histogram.total
-    assert copy.merge(histogram).total == 2 * histogram.total
+    # an unpickled partial is held narrow: merged into, merged from, added to and pickled
+    # again, no count wraps around its narrow type
+    other = pickle.loads(pickle.dumps(histogram))
+    expected = histogram.counts() * 3
+    expected[4000] += 300
+    merged = copy.merge(other).merge(pickle.loads(pickle.dumps(histogram)))
+    merged.add_slots([4000] * 300)
+    assert np.array_equal(merged.counts(), expected)
+    assert np.array_equal(pickle.loads(pickle.dumps(merged)).counts(), expected)
+    assert other == histogram  # merging from it did not change it
+    into = GridHistogram(4001).merge(pickle.loads(pickle.dumps(histogram)))
+    assert into == histogram and into.counts().dtype == np.int64
 
 
 def test_a_million_point_partial_crosses_the_wire_in_narrow_types() -> None:
@@ -328,6 +339,10 @@ def test_a_million_point_partial_crosses_the_wire_in_narrow_types() -> None:
     assert len(pickle.dumps(sparse)) < 3 * 300_000 + 1000  # 16 bytes per slot as int64
     assert len(pickle.dumps(dense)) < grid.num_slots + 1000  # 8 bytes per slot as int64
     assert pickle.loads(pickle.dumps(sparse)) == sparse
+    # and a merge of unpickled partials holds each at its wire size until it is changed
+    restored = pickle.loads(pickle.dumps(dense))
+    assert restored.nbytes < grid.num_slots + 1000
+    assert GridHistogram(grid.num_slots).merge(restored) == dense
 
 
 slot_lists = st.lists(st.integers(0, 40), max_size=30)
