@@ -208,19 +208,25 @@ class Bands:
         k, width = self.k, self.width
         # Per column, with numpy (the same operations whatever the windows): the padded
         # range [start, start + size) holding the window [lo, hi], and how it lines up with
-        # the previous column's range.
-        lo = np.minimum(lo_array, k + 1).astype(np.int64)
+        # the previous column's range. (np.minimum / np.maximum, not np.clip: the same values,
+        # without clip's per-call overhead, which dominated small problems.)
+        maximum, minimum = np.maximum, np.minimum
+        lo = minimum(lo_array, k + 1).astype(np.int64)
         hi = hi_array.astype(np.int64)
-        size = np.maximum(width, hi - lo + 1)  # wider than width only if a bound failed
-        start = np.maximum(0, np.minimum(lo, k + 1 - size))
-        previous_start = np.concatenate(([0], start[:-1]))
-        previous_size = np.concatenate(([1], size[:-1]))
-        below = np.clip(previous_start - start, 0, size)
-        first = np.maximum(start - previous_start, 0)
-        stop = np.minimum(start + size - previous_start, previous_size)
-        fill = size - below - np.maximum(stop - first, 0)
-        head = np.clip(lo - start, 0, size)
-        tail = np.clip(hi + 1 - start, 0, size)
+        size = maximum(hi - lo + 1, width)  # wider than width only if a bound failed
+        start = maximum(minimum(lo, k + 1 - size), 0)
+        previous_start = np.empty_like(start)
+        previous_start[0] = 0
+        previous_start[1:] = start[:-1]
+        previous_size = np.empty_like(size)
+        previous_size[0] = 1
+        previous_size[1:] = size[:-1]
+        below = minimum(maximum(previous_start - start, 0), size)
+        first = maximum(start - previous_start, 0)
+        stop = minimum(start + size - previous_start, previous_size)
+        fill = size - below - maximum(stop - first, 0)
+        head = minimum(maximum(lo - start, 0), size)
+        tail = minimum(maximum(hi + 1 - start, 0), size)
         offset = self._offset
         steps = self._steps
         offsets = [offset] * (k + 1)
@@ -240,6 +246,7 @@ class Bands:
             tail.tolist(),
             strict=True,
         )
+        cells = 0
         for begin, cells_here, under, low, high, more, zero_to, zero_from in columns:
             column = offsets[:under] + forms[low:high] + [forms[-1]] * more
             # C_i = c only inside the window [lo, hi]: P = 0 (the form OFFSET) outside.
@@ -248,9 +255,9 @@ class Bands:
             # sums[j] = (j + 1) OFFSET + P_i(start + j), and back to forms: every operand and
             # result has a bit length fixed by j and OFFSET, whatever P (module docstring).
             forms = list(map(subtract, accumulate(column), steps[:cells_here]))
+            cells += cells_here
             if keep is not None:
                 keep.append((begin, forms))
-        cells = int(size.sum())
         self.counters.cells += cells
         return forms[-1] - offset
 
