@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mechanisms.audit_power import audit_escape_probability
 from stats_helpers import FPR, audited_epsilon_lower_bound, chi_square_pvalue
 
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, SecureRandom
@@ -255,8 +256,16 @@ def test_the_sensitivity_is_attained() -> None:
 
 # The audited pairs: the neighbour and the event that a sampler calibrated at 2 * epsilon
 # gives away most clearly (found by listing small configurations); m = 5, k = 1.
+# Power at AUDIT_TRIALS = 3 000: under the sampler at 2 * epsilon the event has exact
+# probabilities (brute-force pmf) 0.3512 / 0.00982 (log ratio 3.58) under replace and
+# 0.4399 / 0.01418 (3.43) under add_remove; the probability that the audit's lower bound stays
+# <= epsilon, summed exactly over both binomial hit counts with the Clopper-Pearson bounds of
+# audited_epsilon_lower_bound, is 5.3e-11 (replace) and 1.0e-13 (add_remove), so the
+# 2-epsilon mutant is caught except with probability far below the 1e-6 bar (6 000 trials,
+# the former count, gave 1e-35 and 1e-42: excess power, at twice the draws). The honest
+# test's false-positive rate is <= FPR at any count.
 AUDIT_EPSILON = 2.0
-AUDIT_TRIALS = 6_000
+AUDIT_TRIALS = 3_000
 AUDITS = {
     "replace": (_counts([0, 0, 4], 5), _counts([0, 0, 0], 5), None),
     "add_remove": (_counts([0, 1, 1, 3, 3], 5), _counts([1, 1, 3, 3], 5), 3),
@@ -476,3 +485,18 @@ def test_suggested_k_minimises_the_bound(m: int, n: int, epsilon: float) -> None
     assert ks_suggested_k(m, epsilon=epsilon, n=n, max_k=2) <= 2
     with pytest.raises(ValueError, match="'max_k'"):
         ks_suggested_k(m, epsilon=epsilon, n=n, max_k=0)
+
+
+def test_the_audit_catches_twice_epsilon_with_overwhelming_power() -> None:
+    # The trial count's justification (comment at AUDIT_TRIALS), recomputed: the sampler at
+    # 2 * epsilon escapes the audit with probability below 1e-9 on both pairs.
+    for relation, (x, neighbour, n_public) in AUDITS.items():
+        kwargs = {"k": 1, "relation": relation, "n_public": n_public}
+        p = ks_pmf_bruteforce(x, epsilon=2 * AUDIT_EPSILON, **kwargs)  # type: ignore[arg-type]
+        q = ks_pmf_bruteforce(neighbour, epsilon=2 * AUDIT_EPSILON, **kwargs)  # type: ignore[arg-type]
+        size = 1 if relation == "add_remove" else 4
+        event = sorted(p, key=lambda z: -p[z] / q[z])[:size]
+        escape = audit_escape_probability(
+            sum(p[z] for z in event), sum(q[z] for z in event), AUDIT_TRIALS, AUDIT_EPSILON
+        )
+        assert escape < 1e-9

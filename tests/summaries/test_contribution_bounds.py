@@ -15,6 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from mechanisms.audit_power import audit_escape_probability
 from stats_helpers import audited_epsilon_lower_bound
 
 from beam_dp.mechanisms import selection_probabilities
@@ -273,15 +274,19 @@ def test_exact_pmf_never_loses_more_than_epsilon(
 # tail penalty included (/tmp search, 6 000 random pairs): adding one unit of 10 rows moves
 # the median rule's probability of choosing bound 8 by a factor e^0.999 at epsilon = 1
 # (permute-and-flip; 0.177 against 0.065), e^0.497 at epsilon = 0.5 (0.187 against 0.114):
-# the audit runs at 0.5, where the chooser calibrated at 2 epsilon is caught with 25 000
-# trials.
+# the audit runs at 0.5, where the chooser calibrated at 2 epsilon is caught. Power at
+# TRIALS = 12 000: at 2 epsilon the exact probabilities of bound 8 are 0.17689 / 0.06511
+# (log ratio 0.9995); the probability that the audit's lower bound stays <= 0.5, summed exactly
+# over both binomial hit counts with the Clopper-Pearson bounds of audited_epsilon_lower_bound,
+# is 2.5e-10, far below the 1e-6 bar (25 000 trials, the former count, gave 2e-34: excess
+# power at twice the draws). The honest test's false-positive rate is <= FPR at any count.
 AUDIT_H = np.array([0, 0, 4, 2, 1, 1, 1, 0, 1, 1, 0, 2, 0, 0, 0, 0, 0], dtype=np.int64)
 AUDIT_NEIGHBOUR = AUDIT_H.copy()
 AUDIT_NEIGHBOUR[10] += 1
 AUDIT_EVENT = 8  # the bound whose probability moves most
 AUDIT_EPSILON = 0.5
 MEDIAN = Fraction(1, 2)
-TRIALS = 25_000
+TRIALS = 12_000
 
 
 def test_the_audit_pair_is_tight() -> None:
@@ -312,3 +317,14 @@ def test_choose_bound_passes_the_audit() -> None:
 @pytest.mark.slow
 def test_audit_catches_a_chooser_at_twice_epsilon() -> None:
     assert _audit(2 * AUDIT_EPSILON) > AUDIT_EPSILON
+
+
+def test_the_audit_catches_twice_epsilon_with_overwhelming_power() -> None:
+    # The trial count's justification (comment at TRIALS), recomputed from the exact pmfs: the
+    # chooser at 2 epsilon escapes the audit with probability below 1e-9.
+    twice = 2 * AUDIT_EPSILON
+    index = candidate_bounds(CAP).index(AUDIT_EVENT)
+    p = _pmf(choice_scores(AUDIT_NEIGHBOUR, epsilon=twice, alpha=MEDIAN), twice, "permute_and_flip")
+    q = _pmf(choice_scores(AUDIT_H, epsilon=twice, alpha=MEDIAN), twice, "permute_and_flip")
+    escape = audit_escape_probability(float(p[index]), float(q[index]), TRIALS, AUDIT_EPSILON)
+    assert escape < 1e-9
