@@ -96,6 +96,8 @@ def ks_suggested_k(
             max_contributions=max_contributions,
             count_error=count_error,
         )
+        if n == 0:  # n is valid (checked by the first bound): every bound is 1, k = 1 wins
+            return 1
         if bound < best:
             best_k, best = k, bound
         elif bound - 1 / (2 * k) >= best:
