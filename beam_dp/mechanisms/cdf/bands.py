@@ -254,7 +254,7 @@ class Bands:
             column[zero_from:] = offsets[: cells_here - zero_from]
             # sums[j] = (j + 1) OFFSET + P_i(start + j), and back to forms: every operand and
             # result has a bit length fixed by j and OFFSET, whatever P (module docstring).
-            forms = list(map(subtract, accumulate(column), steps[:cells_here]))
+            forms = list(map(subtract, accumulate(column), steps))  # map stops at the column
             cells += cells_here
             if keep is not None:
                 keep.append((begin, forms))
