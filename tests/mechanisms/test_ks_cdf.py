@@ -8,9 +8,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from audit_power import audit_escape_probability
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mechanisms.audit_power import audit_escape_probability
 from stats_helpers import FPR, audited_epsilon_lower_bound, chi_square_pvalue
 
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, SecureRandom

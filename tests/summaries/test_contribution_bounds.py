@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from mechanisms.audit_power import audit_escape_probability
+from audit_power import audit_escape_probability
 from stats_helpers import audited_epsilon_lower_bound
 
 from beam_dp.mechanisms import selection_probabilities
