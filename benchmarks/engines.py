@@ -265,6 +265,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(float(size)) for size in args.rows.split(",")]
     runners = [name for name in args.runners.split(",") if name]
+    if args.flink_parallelism != "auto" and not (
+        args.flink_parallelism.isdigit() and int(args.flink_parallelism) > 0
+    ):
+        parser.error(
+            f"--flink-parallelism must be a positive integer or 'auto'; "
+            f"received {args.flink_parallelism!r}"
+        )
     unknown = sorted(set(runners) - set(RUNNERS))
     if unknown:
         parser.error(f"unknown runner {unknown[0]!r}; choose from {', '.join(RUNNERS)}")
