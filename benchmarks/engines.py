@@ -237,6 +237,15 @@ def run_job(
     return Result(runner, rows, wall, cpu, sampler.peak_rss, failed)
 
 
+def _parallelism(text: str) -> int | str:
+    """``--flink-parallelism``: a positive integer, or ``auto``."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a positive integer or 'auto'; received {text!r}")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="10000000", help="comma-separated row counts")
@@ -246,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--flink-tm-memory", default="3584m")
     parser.add_argument(
         "--flink-parallelism",
-        default=str(FLINK_PARALLELISM),
+        type=_parallelism,
+        default=FLINK_PARALLELISM,
         help="the Flink jobs' --parallelism (instances run in turns on the 2 slots), or "
         "'auto': one instance per file of the export (each holds one file's share)",
     )
@@ -265,13 +275,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(float(size)) for size in args.rows.split(",")]
     runners = [name for name in args.runners.split(",") if name]
-    if args.flink_parallelism != "auto" and not (
-        args.flink_parallelism.isdigit() and int(args.flink_parallelism) > 0
-    ):
-        parser.error(
-            f"--flink-parallelism must be a positive integer or 'auto'; "
-            f"received {args.flink_parallelism!r}"
-        )
     unknown = sorted(set(runners) - set(RUNNERS))
     if unknown:
         parser.error(f"unknown runner {unknown[0]!r}; choose from {', '.join(RUNNERS)}")
@@ -331,7 +334,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ]
                 flags = [
                     "--runner", "FlinkRunner", "--flink_version", "1.19",
-                    "--parallelism", "{parallelism}",
                     "--job_endpoint", server.endpoint,
                     "--environment_type", "EXTERNAL", "--environment_config", pool.address,
                 ]  # fmt: skip
@@ -341,16 +343,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                 os.environ["JAVA_HOME"] = java  # Beam starts $JAVA_HOME/bin/java (Spark)
             for rows in sizes:
                 extra = ["--show_tracebacks_unsafe"] if args.debug else []
-                parallelism = (
-                    str(-(-rows // FILE_ROWS))
-                    if args.flink_parallelism == "auto"
-                    else str(int(args.flink_parallelism))
-                )
-                run_flags = [flag.format(parallelism=parallelism) for flag in flags]
-                command = job_command(
-                    patterns[rows], work / f"out_{runner}_{rows}", run_flags + extra
-                )
-                shown = f" (--parallelism {parallelism})" if runner == "flink" else ""
+                shown = ""
+                if runner == "flink":
+                    parallelism = args.flink_parallelism
+                    if parallelism == "auto":
+                        parallelism = -(-rows // FILE_ROWS)  # one instance per file
+                    extra += ["--parallelism", str(parallelism)]
+                    shown = f" (--parallelism {parallelism})"
+                command = job_command(patterns[rows], work / f"out_{runner}_{rows}", flags + extra)
                 print(f"{runner} at {rows:,} rows{shown} ...", flush=True)
                 result = run_job(runner, rows, command, roots, args.timeout)
                 results.append(result)
