@@ -274,8 +274,8 @@ class Tables:
     def stored_cost(self, amounts: list[Any] | tuple[Any, ...], what: str) -> Cost:
         try:
             epsilon, delta, rho = (parse_stored(value, what) for value in amounts)
-        except ValueError as error:
-            raise self.corrupt(str(error)) from None
+        except ValueError:  # named by field and rule, never the check's text
+            raise self.corrupt(f"{what} is not a valid stored amount") from None
         return Cost(epsilon, delta, rho)
 
     def status(self, name: str) -> DatasetStatus:

@@ -146,6 +146,18 @@ def test_wrong_credentials_and_a_missing_ledger_on_a_real_server(
         assert postgres_server.password not in str(reservation.describe())
 
 
+def test_a_damaged_run_amount_is_named_and_its_text_is_not_quoted(tmp_path: Path) -> None:
+    path = tmp_path / "budget.db"
+    url = _ledger(path)
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE beam_dp_runs SET epsilon = ?", ("secret-amount-7731",))
+    with pytest.raises(LedgerCorruptError) as error, open_ledger(url) as ledger:
+        ledger.status("d")
+    message = _one_line(error.value)
+    assert "a run's amount is not a valid stored amount" in message
+    assert "restore it from a backup" in message and "7731" not in message
+
+
 @pytest.mark.parametrize(
     ("table", "column", "stored", "field"),
     [
