@@ -12,11 +12,16 @@ Three layers, each exact given uniform random bits:
   ``P[K odd] = exp(-gamma)``. Since only the law of ``K`` matters, ``K`` is read off a single
   uniform per lane (see :func:`_bernoulli_exp_at_most_one`). Larger ``gamma`` splits as
   ``exp(-1) ** floor(gamma) * exp(-frac(gamma))``.
-* :func:`bernoulli_exp_multiples` flips, for every lane ``i``, a coin of probability
+* :func:`bernoulli_exp_multiples_walk` flips, for every lane ``i``, a coin of probability
   ``exp(-c * g[i])`` for one rational ``c`` and non-negative integers ``g``. It writes ``g`` in
   binary, ``exp(-c g) = prod over set bits j of exp(-c 2**j)``, so every coin it flips has a
   rational parameter ``c 2**j`` shared by all lanes, and it visits the high bits first so that
-  lanes with large ``g`` (the unlikely candidates) are rejected after one or two coins.
+  lanes with large ``g`` are rejected after one or two coins. Its work depends on ``g``: it
+  is only for multiples whose law is public (a uniform proposal inside another sampler).
+* :func:`bernoulli_exp_multiples` flips the same coins on private multiples (score gaps) with
+  work whose law depends on ``c`` and the number of lanes only: each lane draws one geometric
+  ``G`` with ``P(G >= g) = exp(-c g)`` (:func:`geometric_exp`) and its coin is ``[G >= g]``.
+  Nothing is drawn per bit or per lane of ``g``, and no lane skips its draw when ``g = 0``.
 
 No floating-point number is involved in any probability: every comparison is between integers.
 """
@@ -32,7 +37,13 @@ import numpy.typing as npt
 
 from beam_dp.mechanisms.randomness import RandomSource
 
-__all__ = ["bernoulli_exp", "bernoulli_exp_multiples", "bernoulli_rational"]
+__all__ = [
+    "bernoulli_exp",
+    "bernoulli_exp_multiples",
+    "bernoulli_exp_multiples_walk",
+    "bernoulli_rational",
+    "geometric_exp",
+]
 
 BoolArray = npt.NDArray[np.bool_]
 _DIGIT_BITS = 16
@@ -235,9 +246,7 @@ def _top_bits(multiples: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
     return top.astype(np.uint8)
 
 
-def _bernoulli_exp_multiples_objects(
-    c: Fraction, multiples: npt.NDArray[Any], source: RandomSource
-) -> BoolArray:
+def _walk_objects(c: Fraction, multiples: npt.NDArray[Any], source: RandomSource) -> BoolArray:
     """The same coins for Python-int multiples (slow path for values beyond int64)."""
     values = [int(m) for m in multiples]
     alive = np.arange(len(values))
@@ -257,15 +266,20 @@ def _bernoulli_exp_multiples_objects(
     return out
 
 
-def bernoulli_exp_multiples(
+def bernoulli_exp_multiples_walk(
     c: Fraction, multiples: npt.NDArray[Any], source: RandomSource
 ) -> BoolArray:
-    """Return one Bernoulli(exp(-``c`` * m)) coin per entry m of ``multiples``.
+    """Return one Bernoulli(exp(-``c`` * m)) coin per entry m of ``multiples``, by their bits.
 
     ``exp(-c m)`` is the product over the set bits j of m of ``exp(-c 2**j)``; the coin is the
     AND of one coin per set bit. Bits are visited from the highest down, and a lane joins
     when the walk reaches its own top bit, so lanes that die at their first (largest) coin,
     which is most of them when m is large, cost one coin and nothing else.
+
+    **Its work depends on the multiples** (the passes are the bits of the largest; a lane
+    whose multiple is 0 draws nothing). Use it only on multiples whose law is public, such as
+    the uniform proposals of :func:`geometric_exp`; private multiples (score gaps) go through
+    :func:`bernoulli_exp_multiples`.
 
     Args:
         c: a rational >= 0 shared by all lanes.
@@ -279,7 +293,7 @@ def bernoulli_exp_multiples(
     if n == 0:
         return out
     if multiples.dtype == object:
-        return _bernoulli_exp_multiples_objects(c, multiples, source)
+        return _walk_objects(c, multiples, source)
     out[multiples == 0] = True
     lanes = np.flatnonzero(multiples)
     if not lanes.size:
@@ -308,4 +322,76 @@ def bernoulli_exp_multiples(
         coins = bernoulli_exp(c * (1 << bit), flip.size, source)
         survivors = np.concatenate([passing, flip[coins]])
     out[lanes[survivors]] = True
+    return out
+
+
+def geometric_exp(c: Fraction, n: int, source: RandomSource) -> npt.NDArray[Any]:
+    """``n`` independent draws of ``G >= 0`` with ``P(G >= g) = exp(-c g)``, ``c`` rational > 0.
+
+    With ``t = ceil(1 / c)``: ``G = U + t V``, where ``U`` is a uniform proposal on ``[0, t)``
+    kept with probability ``exp(-c U)`` and ``V`` counts the successes of ``exp(-c t)`` coins
+    before the first failure (Canonne, Kamath and Steinke 2020, Algorithm 2). ``P(U = u)
+    P(V = v)`` is proportional to ``exp(-c (u + t v))`` and ``(u, v) -> u + t v`` is a bijection
+    onto the naturals, so ``P(G = g)`` is proportional to ``exp(-c g)``.
+
+    Work: every request's size and bound is a function of ``c``, ``n`` and bits already
+    drawn, never of anything else. A proposal is kept with probability above ``exp(-1)``
+    (``c (t - 1) < 1``), and a ``V`` coin succeeds with probability at most ``exp(-1)``
+    (``c t >= 1``), so both loops end with probability 1 after a few passes, with laws that
+    depend on ``c`` and ``n`` only. Returns int64, or Python ints (object) when ``G`` could
+    pass 2**62.
+    """
+    if c <= 0:
+        raise ValueError("'c' must be > 0")
+    t = -((-c.denominator) // c.numerator)  # ceil(1 / c)
+    u: npt.NDArray[Any] = np.zeros(n, dtype=np.int64 if t <= (1 << 62) else object)
+    todo = np.arange(n)
+    while t > 1 and todo.size:
+        if t <= (1 << 62):
+            proposals: npt.NDArray[Any] = source.below(t, todo.size)
+        else:  # a rate below 2**-62: exact Python integers
+            proposals = np.array([source.randbelow(t) for _ in range(todo.size)], dtype=object)
+        kept = bernoulli_exp_multiples_walk(c, proposals, source)
+        u[todo[kept]] = proposals[kept]
+        todo = todo[~kept]
+    v = np.zeros(n, dtype=np.int64)
+    alive = np.arange(n)
+    step = c * t
+    while alive.size:
+        alive = alive[bernoulli_exp(step, alive.size, source)]
+        v[alive] += 1
+    if n and t * (int(v.max()) + 1) > (1 << 62):
+        return np.array([int(a) + t * int(b) for a, b in zip(u, v, strict=True)], dtype=object)
+    return u.astype(np.int64) + np.int64(t) * v
+
+
+def bernoulli_exp_multiples(
+    c: Fraction, multiples: npt.NDArray[Any], source: RandomSource
+) -> BoolArray:
+    """Return one Bernoulli(exp(-``c`` * m)) coin per entry m of ``multiples``, with public work.
+
+    For private multiples (the gaps of a selection's scores). Every lane draws one ``G`` of
+    :func:`geometric_exp` and its coin is ``[G >= m]``: ``P(G >= m) = exp(-c m)``, and the
+    lanes' ``G`` are independent. The random bits drawn, and every request made for them,
+    have a law that depends on ``c`` and the number of lanes only: nothing is drawn per bit of
+    ``m``, a lane with ``m = 0`` draws like every other, and the multiples are read only by
+    the final comparison. (:func:`bernoulli_exp_multiples_walk` draws fewer bits, by the
+    bits of each ``m``, which publishes the multiples' sizes in the work.)
+
+    Args:
+        c: a rational >= 0 shared by all lanes (public).
+        multiples: non-negative integers (int64, or an object array of Python ints).
+        source: random bits.
+    """
+    if c < 0:
+        raise ValueError("'c' must be >= 0")
+    n = int(multiples.shape[0])
+    if c == 0:  # exp(0): every coin succeeds, and c is public
+        return np.ones(n, dtype=bool)
+    draws = geometric_exp(c, n, source)
+    if draws.dtype == object or multiples.dtype == object:
+        return np.array(
+            [int(g) >= int(m) for g, m in zip(draws, multiples, strict=True)], dtype=bool
+        )
+    out: BoolArray = draws >= multiples
     return out

@@ -46,7 +46,7 @@ from beam_dp._validation import (
     check_probability_open,
     to_fraction,
 )
-from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples
+from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
@@ -116,7 +116,7 @@ def discrete_laplace(
             u = source.below(t, todo.size)
         else:  # a scale whose numerator needs more than 63 bits: exact Python integers
             u = np.array([source.randbelow(t) for _ in range(todo.size)], dtype=object)
-        accepted = bernoulli_exp_multiples(rate, u, source)
+        accepted = bernoulli_exp_multiples_walk(rate, u, source)  # u: a uniform proposal
         lanes, u = todo[accepted], u[accepted]
         # V: the number of exp(-1) coins that succeed before the first failure.
         v = np.zeros(lanes.size, dtype=np.int64)

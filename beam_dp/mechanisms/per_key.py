@@ -33,9 +33,10 @@ coarser unit and a correspondingly larger ``c``; the product is the same rationa
   probability at most ``e**-32`` (about ``1.3e-14``); only then do open keys draw further
   rounds, until every key is closed (probability 1).
 
-Running time (``docs/timing.md``): the sizes of every request to the random source and of
-every coin batch are functions of the public numbers of candidates, except past the padding
-above; the work inside :func:`~.bernoulli.bernoulli_exp_multiples` depends on the gaps.
+Running time (``docs/timing.md``): the sizes of every read of random bits, inside the coins
+too (:func:`~.bernoulli.bernoulli_exp_multiples` draws one geometric per candidate), are
+functions of the public numbers of candidates, the rate and bits already read, except past
+the padding above.
 
 Keys are processed in chunks of about a million candidates (memory only; keys are
 independent). Scores too large for int64 after the exact conversion fall back to one exact

@@ -27,10 +27,10 @@ sensitivity are converted from floats exactly, and every coin is an exact Bernou
   the first accepted proposal in draw order is returned, which is exactly the sequential
   algorithm (see :func:`_exponential`).
 
-Running time (``docs/timing.md``): the number and sizes of the requests to the random source
-and of the coin batches are functions of the number of candidates only, except, for the
-exponential mechanism, when all padded rounds fail (probability at most ``e**-32``). What is
-left is inside :func:`~.bernoulli.bernoulli_exp_multiples`, whose work depends on the gaps.
+Running time (``docs/timing.md``): every read of random bits, inside the coins too, has a
+size that is a function of the number of candidates, ``rate`` and bits already read (the
+coins draw one geometric per candidate: :func:`~.bernoulli.bernoulli_exp_multiples`), except,
+for the exponential mechanism, when all padded rounds fail (probability at most ``e**-32``).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _permute_and_flip(gaps: npt.NDArray[Any], rate: Fraction, source: RandomSour
     the order; the best candidate's coin has probability 1, so a success exists).
 
     Work: one call of :func:`~.bernoulli.bernoulli_exp_multiples` on all ``d`` gaps (whose
-    internal work depends on the gaps: see ``docs/timing.md``), ``d`` random 63-bit ranks
+    reads do not depend on the gaps: see ``docs/timing.md``), ``d`` random 63-bit ranks
     (redrawn with probability below ``d**2 / 2**64``), and ``O(d)`` array operations. No
     rejection depends on how many coins succeed: the pick is a minimum over a public number of
     ranks.

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 from stats_helpers import FPR
 
@@ -14,9 +17,11 @@ from beam_dp.mechanisms import SecureRandom
 from beam_dp.mechanisms.bernoulli import (
     bernoulli_exp,
     bernoulli_exp_multiples,
+    bernoulli_exp_multiples_walk,
     bernoulli_rational,
+    geometric_exp,
 )
-from beam_dp.mechanisms.randomness import RandomSource
+from beam_dp.mechanisms.randomness import InsecureSeededRandom, RandomSource
 
 
 class _Enumerate16(RandomSource):
@@ -67,10 +72,14 @@ def test_exp_coin_frequency(gamma: Fraction) -> None:
         assert stats.binomtest(successes, n, expected).pvalue > FPR
 
 
-def test_exp_multiples_frequency() -> None:
+MULTIPLES_COINS = [bernoulli_exp_multiples, bernoulli_exp_multiples_walk]
+
+
+@pytest.mark.parametrize("coins_of", MULTIPLES_COINS)
+def test_exp_multiples_frequency(coins_of: Any) -> None:
     rate = Fraction(3, 10)
     multiples = np.repeat(np.array([0, 1, 2, 5, 13], dtype=np.int64), 60_000)
-    coins = bernoulli_exp_multiples(rate, multiples, SecureRandom())
+    coins = coins_of(rate, multiples, SecureRandom())
     for m in (0, 1, 2, 5, 13):
         lane = coins[multiples == m]
         expected = math.exp(-0.3 * m)
@@ -80,9 +89,10 @@ def test_exp_multiples_frequency() -> None:
             assert stats.binomtest(int(lane.sum()), lane.size, expected).pvalue > FPR
 
 
-def test_exp_multiples_accepts_python_ints() -> None:
+@pytest.mark.parametrize("coins_of", MULTIPLES_COINS)
+def test_exp_multiples_accepts_python_ints(coins_of: Any) -> None:
     multiples = np.array([0, 2**70, 3], dtype=object)
-    coins = bernoulli_exp_multiples(Fraction(1), multiples, SecureRandom())
+    coins = coins_of(Fraction(1), multiples, SecureRandom())
     assert coins[0]
     assert not coins[1]  # probability exp(-2**70): never in this universe
 
@@ -245,3 +255,82 @@ def test_exact_resort_refuses_gamma_outside_its_range() -> None:
     for gamma in (Fraction(0), Fraction(3, 2)):
         with pytest.raises(ValueError, match="'gamma'"):
             _count_below_exact(gamma, 0, 64, SecureRandom())
+
+
+@pytest.mark.parametrize("c", [Fraction(1, 7), Fraction(3, 10), Fraction(1), Fraction(5, 2)])
+def test_geometric_exp_has_the_exponential_tail(c: Fraction) -> None:
+    # P(G >= g) = exp(-c g), checked at the first few g (t = ceil(1/c) is 7, 4, 1 and 1:
+    # both the proposals' loop and the V coins run).
+    n = 120_000
+    draws = geometric_exp(c, n, SecureRandom())
+    assert draws.dtype == np.int64 and int(draws.min()) >= 0
+    for g in (1, 2, 3, 8):
+        expected = math.exp(-float(c) * g)
+        assert stats.binomtest(int((draws >= g).sum()), n, expected).pvalue > FPR
+
+
+def test_geometric_exp_with_a_rate_below_two_to_the_minus_62_uses_python_ints() -> None:
+    c = Fraction(1, 2**70)
+    draws = geometric_exp(c, 5, SecureRandom())
+    assert draws.dtype == object and all(isinstance(g, int) and g >= 0 for g in draws)
+    # G >= 2**70 with probability exp(-1): the draws are not all below 2**62 (which would
+    # mean a truncated proposal); checked over enough lanes to be certain in practice.
+    many = geometric_exp(c, 200, SecureRandom())
+    assert max(int(g) for g in many) > 2**62
+
+
+class _ReadLog(InsecureSeededRandom):
+    def __init__(self, seed: int) -> None:
+        with pytest.warns(Warning):
+            super().__init__(seed)
+        self.reads: list[int] = []
+
+    def random_bytes(self, n: int) -> bytes:
+        self.reads.append(n)
+        return super().random_bytes(n)
+
+
+MULTIPLE_LISTS = st.integers(1, 60).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 2**40), min_size=n, max_size=n),
+        st.lists(st.integers(0, 2**40), min_size=n, max_size=n),
+    )
+)
+
+
+@settings(deadline=None, max_examples=80)
+@given(
+    pair=MULTIPLE_LISTS,
+    c=st.fractions(min_value=Fraction(1, 1000), max_value=Fraction(20), max_denominator=1000),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_exp_multiples_read_a_stream_that_does_not_depend_on_the_multiples(
+    pair: tuple[list[int], list[int]], c: Fraction, seed: int
+) -> None:
+    # Given the seed, every read's size is a function of c, the number of lanes and bits
+    # already read: any two multiples of the same length read the same stream.
+    logs = []
+    for multiples in pair:
+        source = _ReadLog(seed)
+        bernoulli_exp_multiples(c, np.array(multiples, dtype=np.int64), source)
+        logs.append(source.reads)
+    assert logs[0] == logs[1]
+    as_objects = _ReadLog(seed)
+    bernoulli_exp_multiples(c, np.array(pair[0], dtype=object), as_objects)
+    assert as_objects.reads == logs[0]
+
+
+def test_the_walk_reads_a_stream_that_depends_on_the_multiples() -> None:
+    # The property above is not vacuous: the coins by bits draw nothing for a zero multiple.
+    logs = []
+    for multiples in ([0] * 50, [1000] * 50):
+        source = _ReadLog(3)
+        bernoulli_exp_multiples_walk(Fraction(1, 2), np.array(multiples, dtype=np.int64), source)
+        logs.append(source.reads)
+    assert logs[0] != logs[1]
+
+
+def test_exp_multiples_with_rate_zero_succeed_without_reading() -> None:
+    source = _ReadLog(0)
+    coins = bernoulli_exp_multiples(Fraction(0), np.array([0, 5, 2**40]), source)
+    assert coins.all() and source.reads == []

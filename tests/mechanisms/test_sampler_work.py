@@ -2,9 +2,14 @@
 
 A recording source logs every request the samplers make of the random source (which method,
 its bound and its size) and every batch of coins handed to ``bernoulli_exp_multiples`` (how
-many). On neighbouring inputs with the same public parameters the logs must be equal. What
-is not logged is the work inside the coins (the residual of ``bernoulli_exp_multiples``) and
-the words a uniform draw rejects (whose law depends on its public bound only).
+many). On neighbouring inputs with the same public parameters the logs must be equal.
+
+The work inside the coins is checked by a stronger log: a seeded source records the size of
+every read of random bytes, at every depth (inside the coins, the uniform draws' rejections,
+the geometric draws). Given the same seed, a sampler whose every request is a function of
+public values and of bits already drawn reads the same stream on both neighbours, so the two
+logs must be equal byte for byte. The coins by bits (``bernoulli_exp_multiples_walk``, the
+selections' coins before this test) fail it on the first pair: a gap of 0 drew nothing.
 
 The old code failed these: ``select``'s exponential mechanism chose its batch from the scores
 (438 proposals on 5 votes, 1 163 on 6), permute-and-flip chose between a lazy walk and
@@ -26,7 +31,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_dp.mechanisms import SecureRandom, per_key, selection
+from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.per_key import select_per_key
+from beam_dp.mechanisms.randomness import InsecureRandomWarning, InsecureSeededRandom
 from beam_dp.mechanisms.selection import select, top_k
 
 Request = tuple[Any, ...]
@@ -254,3 +261,96 @@ def test_select_per_key_pads_every_key_to_its_rounds() -> None:
         )
     )
     assert work == [("below_each", (3, 3, 3, 2, 2) * rounds), ("coins", 5 * rounds)]
+
+
+class StreamLog(InsecureSeededRandom):
+    """A seeded source that logs the size of every read, inside the coins too."""
+
+    def __init__(self, seed: int) -> None:
+        with pytest.warns(InsecureRandomWarning):
+            super().__init__(seed)
+        self.reads: list[int] = []
+
+    def random_bytes(self, n: int) -> bytes:
+        self.reads.append(n)
+        return super().random_bytes(n)
+
+
+def _streams(
+    sampler: Callable[..., object], inputs: tuple[object, ...], seed: int, **options: object
+) -> list[tuple[list[int], object]]:
+    """(every read's size, the output) of ``sampler`` on each input, from the same seed."""
+    out = []
+    for scores in inputs:
+        source = StreamLog(seed)
+        result = sampler(scores, rng=source, **options)
+        out.append((source.reads, result))
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("pair", list(PAIRS))
+def test_select_reads_the_same_stream_on_the_reported_neighbours(method: str, pair: str) -> None:
+    first, second = (_votes(7, votes) for votes in PAIRS[pair])
+    for seed in range(3):
+        (reads, _), (neighbour_reads, _) = _streams(
+            select, (first, second), seed, epsilon=1.0, sensitivity=1, monotonic=True, method=method
+        )
+        assert reads == neighbour_reads
+        assert len(reads) > 3  # the coins' own reads are in the log
+
+
+@settings(deadline=None, max_examples=40)
+@given(case=NEIGHBOURS, seed=st.integers(0, 2**32 - 1))
+def test_select_reads_the_same_stream_on_random_neighbours(
+    case: tuple[list[int], int, int, str, float], seed: int
+) -> None:
+    counts, where, step, method, epsilon = case
+    neighbour = list(counts)
+    neighbour[where] = max(0, neighbour[where] + step)
+    (reads, _), (neighbour_reads, _) = _streams(
+        select,
+        (np.array(counts), np.array(neighbour)),
+        seed,
+        epsilon=epsilon,
+        sensitivity=1,
+        monotonic=True,
+        method=method,
+    )
+    assert reads == neighbour_reads
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_top_k_and_select_per_key_read_the_same_stream_on_neighbours(method: str) -> None:
+    first = np.arange(400, dtype=np.int64) % 7
+    second = first.copy()
+    second[3] += 1
+    (reads, _), (neighbour_reads, _) = _streams(
+        top_k, (first, second), 5, k=5, epsilon=1.0, sensitivity=1, method=method
+    )
+    assert reads == neighbour_reads
+    keys = np.zeros((200, 20), dtype=np.int64)
+    one_more = keys.copy()
+    one_more[0, 3] = 1
+    (reads, _), (neighbour_reads, _) = _streams(
+        select_per_key, (keys, one_more), 7, epsilon=1.0, sensitivity=1, method=method
+    )
+    assert reads == neighbour_reads
+
+
+def test_coins_by_bits_read_a_different_stream_on_the_reported_neighbours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The test above can fail: with the coins flipped bit by bit (the selections' coins before
+    # it), D (no votes: every gap 0, no coin drawn) and D' read different streams.
+    monkeypatch.setattr(selection, "bernoulli_exp_multiples", bernoulli_exp_multiples_walk)
+    (reads, _), (neighbour_reads, _) = _streams(
+        select,
+        (_votes(7, 0), _votes(7, 1)),
+        0,
+        epsilon=1.0,
+        sensitivity=1,
+        monotonic=True,
+        method="permute_and_flip",
+    )
+    assert reads != neighbour_reads

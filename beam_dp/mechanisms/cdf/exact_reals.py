@@ -24,13 +24,10 @@ The KS sampler needs two kinds of draw beyond the coins of :mod:`beam_dp.mechani
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-import numpy as np
-
-from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples
+from beam_dp.mechanisms.bernoulli import geometric_exp
 from beam_dp.mechanisms.randomness import RandomSource
 
 __all__ = [
@@ -50,7 +47,6 @@ _HALF = Fraction(1, 2)
 _ONE = Fraction(1)
 _U_WORD_BITS = 64
 _FIRST_BITS = 64
-_LANE_BATCH = 8
 
 
 def _alternating_series(z: int, p: int, offset: int) -> tuple[int, int]:
@@ -270,12 +266,6 @@ def randbelow(bound: int, source: RandomSource) -> int:
             return value
 
 
-def _uniform_below(bound: int, size: int, source: RandomSource) -> np.ndarray:
-    if bound <= (1 << 63):
-        return source.below(bound, size)
-    return np.array([source.randbelow(bound) for _ in range(size)], dtype=object)
-
-
 def geometric(gamma: Fraction, source: RandomSource) -> int:
     """``P(G = g) = (1 - e**-gamma) e**(-gamma g)`` for ``g >= 0``, exactly (``gamma > 0``).
 
@@ -287,38 +277,13 @@ def geometric(gamma: Fraction, source: RandomSource) -> int:
 def geometric_many(gamma: Fraction, n: int, source: RandomSource) -> list[int]:
     """``n`` independent draws of ``P(G = g) = (1 - e**-gamma) e**(-gamma g)``, ``g >= 0``.
 
-    With ``t = ceil(1 / gamma)``: ``G = U + t V`` where ``U`` is the truncated law on
-    ``[0, t)`` (a uniform proposal kept with an ``exp(-gamma u)`` coin, at least ``e**-2`` of
-    them kept since ``gamma t <= 2`` when ``t > 1``) and ``V`` counts the successes of
-    ``exp(-gamma t)`` coins before the first failure (Canonne, Kamath and Steinke 2020,
-    Algorithm 2, with our coins). Since ``P(U = u) P(V = v) ∝ e**(-gamma (u + t v))`` and
-    ``(u, v) -> u + t v`` is a bijection onto the naturals, ``G`` has the stated law.
-    ``gamma t >= 1``, so ``V`` needs fewer than 1.6 coins on average. Every lane flips
-    ``_LANE_BATCH`` proposals at a time and keeps its first kept one in draw order, which is the
-    sequential procedure; the random bits used have a law that depends on ``gamma`` and ``n``
+    :func:`~beam_dp.mechanisms.bernoulli.geometric_exp` (``P(G >= g) = e**(-gamma g)``), as
+    Python integers: the random bits it uses have a law that depends on ``gamma`` and ``n``
     only.
     """
     if gamma <= 0:
         raise ValueError("'gamma' must be > 0")
-    t = math.ceil(1 / gamma)
-    u = [0] * n
-    todo = np.arange(n)
-    while t > 1 and todo.size:
-        proposals = _uniform_below(t, todo.size * _LANE_BATCH, source)
-        kept = bernoulli_exp_multiples(gamma, proposals, source).reshape(todo.size, _LANE_BATCH)
-        found = kept.any(axis=1)
-        first = kept.argmax(axis=1)
-        for lane in np.flatnonzero(found).tolist():
-            u[int(todo[lane])] = int(proposals[lane * _LANE_BATCH + int(first[lane])])
-        todo = todo[~found]
-    v = [0] * n
-    alive = np.arange(n)
-    step = gamma * t
-    while alive.size:
-        alive = alive[bernoulli_exp(step, alive.size, source)]
-        for lane in alive.tolist():
-            v[lane] += 1
-    return [a + t * b for a, b in zip(u, v, strict=True)]
+    return [int(g) for g in geometric_exp(gamma, n, source)]
 
 
 def truncated_geometric(gamma: Fraction, width: int | None, source: RandomSource) -> int:
