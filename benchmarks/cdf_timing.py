@@ -203,21 +203,33 @@ class CountingSource(SecureRandom):
         return super().random_bytes(n)
 
 
-def served(draw: Callable[[CountingSource], object], runs: int) -> tuple[float, float, float]:
-    """Mean bytes, mean calls and median milliseconds of ``runs`` calls of ``draw``."""
-    sizes, calls, seconds = [], [], []
+def served(
+    draws: Sequence[Callable[[CountingSource], object]], runs: int
+) -> list[tuple[float, float, float]]:
+    """Mean bytes, mean calls and median milliseconds of ``runs`` calls of each of ``draws``.
+
+    The draws alternate (one of each per turn), so that a drift in the machine's load hits
+    neighbouring inputs alike.
+    """
+    sizes: list[list[int]] = [[] for _ in draws]
+    calls: list[list[int]] = [[] for _ in draws]
+    seconds: list[list[float]] = [[] for _ in draws]
     for _ in range(runs):
-        source = CountingSource()
-        start = time.perf_counter()
-        draw(source)
-        seconds.append(time.perf_counter() - start)
-        sizes.append(source.bytes)
-        calls.append(source.calls)
-    return statistics.fmean(sizes), statistics.fmean(calls), 1e3 * statistics.median(seconds)
+        for index, draw in enumerate(draws):
+            source = CountingSource()
+            start = time.perf_counter()
+            draw(source)
+            seconds[index].append(time.perf_counter() - start)
+            sizes[index].append(source.bytes)
+            calls[index].append(source.calls)
+    return [
+        (statistics.fmean(size), statistics.fmean(call), 1e3 * statistics.median(second))
+        for size, call, second in zip(sizes, calls, seconds, strict=True)
+    ]
 
 
 def others(quick: bool) -> None:
-    from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
+    from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples, bernoulli_exp_multiples_walk
     from beam_dp.mechanisms.per_key import select_per_key
     from beam_dp.mechanisms.selection import select
     from beam_dp.summaries.quantiles.joint import _pair_rounds, pair_scores
@@ -235,42 +247,48 @@ def others(quick: bool) -> None:
     plus_one = votes.copy()
     plus_one[7] = 1
     for method in ("exponential", "permute_and_flip"):
-        for label, scores in ((f"{d:,} candidates, no votes", votes), ("one vote more", plus_one)):
-            row(
-                f"select, {method}",
-                label,
-                served(
-                    lambda s, scores=scores, method=method: select(
-                        scores, epsilon=1.0, sensitivity=1, monotonic=True, method=method, rng=s
-                    ),
-                    runs,
-                ),
-            )
+        labelled = ((f"{d:,} candidates, no votes", votes), ("one vote more", plus_one))
+        figures = served(
+            [
+                lambda s, scores=scores, method=method: select(
+                    scores, epsilon=1.0, sensitivity=1, monotonic=True, method=method, rng=s
+                )
+                for _, scores in labelled
+            ],
+            runs,
+        )
+        for (label, _), figure in zip(labelled, figures, strict=True):
+            row(f"select, {method}", label, figure)
     keys = np.zeros((20 if quick else 2_000, 50), dtype=np.int64)
     one_key = keys.copy()
     one_key[0, 3] = 1
     for method in ("exponential", "permute_and_flip"):
-        for label, scores in (
-            (f"{keys.shape[0]:,} keys x 50, no votes", keys),
-            ("one vote more", one_key),
-        ):
-            row(
-                f"select_per_key, {method}",
-                label,
-                served(
-                    lambda s, scores=scores, method=method: select_per_key(
-                        scores, epsilon=1.0, sensitivity=1, monotonic=True, method=method, rng=s
-                    ),
-                    max(runs // 5, 2),
-                ),
-            )
-    for gap in (1, 1_000):
-        gaps = np.array([0, gap] * 500, dtype=np.int64)
-        row(
-            "bernoulli_exp_multiples",
-            f"1 000 multiples up to {gap:,}",
-            served(lambda s, gaps=gaps: bernoulli_exp_multiples(Fraction(1, 2), gaps, s), runs),
+        keyed = ((f"{keys.shape[0]:,} keys x 50, no votes", keys), ("one vote more", one_key))
+        figures = served(
+            [
+                lambda s, scores=scores, method=method: select_per_key(
+                    scores, epsilon=1.0, sensitivity=1, monotonic=True, method=method, rng=s
+                )
+                for _, scores in keyed
+            ],
+            max(runs // 5, 2),
         )
+        for (label, _), figure in zip(keyed, figures, strict=True):
+            row(f"select_per_key, {method}", label, figure)
+    multiples = [np.array([0, gap] * 500, dtype=np.int64) for gap in (1, 1_000)]
+    for name, coins in (
+        ("bernoulli_exp_multiples", bernoulli_exp_multiples),
+        ("bernoulli_exp_multiples_walk (proposals only)", bernoulli_exp_multiples_walk),
+    ):
+        figures = served(
+            [
+                lambda s, gaps=gaps, coins=coins: coins(Fraction(1, 2), gaps, s)
+                for gaps in multiples
+            ],
+            runs,
+        )
+        for gap, figure in zip((1, 1_000), figures, strict=True):
+            row(name, f"1 000 multiples up to {gap:,}", figure)
     rng = np.random.default_rng(1)
     shapes = {
         "300 values tied": [50] * 300,
