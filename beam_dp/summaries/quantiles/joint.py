@@ -253,6 +253,42 @@ def select_pair(
     return i, j
 
 
+@dataclass(frozen=True)
+class _PairEnvelope:
+    """What :func:`_pair_rounds` builds from the scores once: the six pieces, their constants,
+    the constants' envelope exponents, the pieces' integer envelope masses and their sum."""
+
+    pieces: list[_Piece]
+    constants: list[Fraction]
+    constant_exponents: npt.NDArray[np.int64]
+    weights: list[int]
+    total: int
+    rate2: Fraction
+
+
+def _pair_envelope(first: IntArray, second: IntArray, rate: Fraction) -> _PairEnvelope:
+    """The envelope of :func:`_pair_rounds` (checks the scores)."""
+    a = np.asarray(first, dtype=np.int64)
+    b = np.asarray(second, dtype=np.int64)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+        raise ValueError("'first' and 'second' must be non-empty and of one length")
+    if np.any(np.diff(a) < 0) or np.any(np.diff(b) < 0):
+        raise ValueError("'first' and 'second' must be non-decreasing along the grid")
+    if np.any(a < b):  # the lower quantile's error is never below the higher one's
+        raise ValueError("'first' must be >= 'second' at every grid point")
+    rate2 = 2 * rate
+    pieces = _pieces(a, b, rate2)
+    floors = [sum(f.floor for f in piece.families) for piece in pieces]
+    least = min(floors)
+    constants = [rate2 * (floor - least) for floor in floors]
+    constant_exponents = envelope_exponents(np.array([float(c) for c in constants]))
+    weights = [
+        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - int(s))
+        for piece, s in zip(pieces, constant_exponents, strict=True)
+    ]
+    return _PairEnvelope(pieces, constants, constant_exponents, weights, sum(weights), rate2)
+
+
 def _pair_rounds(
     first: IntArray, second: IntArray, rate: Fraction, source: RandomSource
 ) -> tuple[int, int, int]:
@@ -279,34 +315,20 @@ def _pair_rounds(
     * clamped exponents (weights below ``2**-CLAMP`` of the best) carry at most
       ``6 d**2 2**-CLAMP`` of the mass while the best piece and member weigh 1.
     """
-    a = np.asarray(first, dtype=np.int64)
-    b = np.asarray(second, dtype=np.int64)
-    if a.shape != b.shape or a.ndim != 1 or a.size == 0:
-        raise ValueError("'first' and 'second' must be non-empty and of one length")
-    if np.any(np.diff(a) < 0) or np.any(np.diff(b) < 0):
-        raise ValueError("'first' and 'second' must be non-decreasing along the grid")
-    if np.any(a < b):  # the lower quantile's error is never below the higher one's
-        raise ValueError("'first' must be >= 'second' at every grid point")
-    rate2 = 2 * rate
-    pieces = _pieces(a, b, rate2)
-    floors = [sum(f.floor for f in piece.families) for piece in pieces]
-    least = min(floors)
-    constants = [rate2 * (floor - least) for floor in floors]
-    constant_exponents = envelope_exponents(np.array([float(c) for c in constants]))
-    weights = [
-        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - int(s))
-        for piece, s in zip(pieces, constant_exponents, strict=True)
-    ]
-    total = sum(weights)
+    return _draw_pair(_pair_envelope(first, second, rate), source)
+
+
+def _draw_pair(envelope: _PairEnvelope, source: RandomSource) -> tuple[int, int, int]:
+    """One draw of :func:`_pair_rounds` from its envelope: ``(i, j, rounds)``."""
     rounds = 0
     while True:
         rounds += 1
-        r = source.randbelow(total)
+        r = source.randbelow(envelope.total)
         index = 0
-        while r >= weights[index]:
-            r -= weights[index]
+        while r >= envelope.weights[index]:
+            r -= envelope.weights[index]
             index += 1
-        piece = pieces[index]
+        piece = envelope.pieces[index]
         drawn = [_draw(f, source) for f in piece.families]
         if piece.grouped == "product":
             i = int(piece.families[0].positions[drawn[0]])
@@ -320,7 +342,9 @@ def _pair_rounds(
             i, j = (own, partner) if piece.grouped == "first" else (partner, own)
         if i > j:
             continue
-        if not bernoulli_envelope(constants[index], int(constant_exponents[index]), source):
+        constant, exponent = envelope.constants[index], int(envelope.constant_exponents[index])
+        if not bernoulli_envelope(constant, exponent, source):
             continue
-        if all(_accept(f, m, rate2, source) for f, m in zip(piece.families, drawn, strict=True)):
+        families = zip(piece.families, drawn, strict=True)
+        if all(_accept(f, m, envelope.rate2, source) for f, m in families):
             return i, j, rounds

@@ -17,6 +17,8 @@ from beam_dp.mechanisms import SecureRandom
 from beam_dp.summaries.histogram import Grid
 from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
 from beam_dp.summaries.quantiles.joint import (
+    _draw_pair,
+    _pair_envelope,
     _pair_rounds,
     _pieces,
     pair_scores,
@@ -106,23 +108,32 @@ def pair_law(
 def pair_sampler(
     values: np.ndarray, alphas: tuple[Fraction, Fraction], epsilon: Fraction
 ) -> Callable[[], int]:
-    """Draws of the pair sampler, as positions in :func:`pair_law`'s order."""
+    """Draws of the pair sampler, as positions in :func:`pair_law`'s order.
+
+    The envelope (a function of the scores) is built once and drawn from many times, as
+    :func:`select_pair` does in one call; ``test_select_pair_follows_the_exact_law`` draws
+    through :func:`select_pair` itself.
+    """
     first, second, unit = root_scores(GRID.histogram(values).counts(), alphas, cuts=False)
     delta = pair_sensitivity(alphas, "add_remove", 1)
     rate = epsilon / (2 * delta * unit)
     source = SecureRandom()
     order = {pair: k for k, pair in enumerate(zip(*np.triu_indices(first.size), strict=True))}
-    return lambda: order[select_pair(first, second, rate, source)]
+    envelope = _pair_envelope(first, second, rate)
+    return lambda: order[_draw_pair(envelope, source)[:2]]
 
 
 def test_select_pair_follows_the_exact_law() -> None:
     values = np.array([0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 4.5, 5.0, 6.0, 6.0])
     alphas = (Fraction(1, 3), Fraction(2, 3))
     law = pair_law(values, alphas, 1.5)
-    draw = pair_sampler(values, alphas, Fraction(3, 2))
+    first, second, unit = root_scores(GRID.histogram(values).counts(), alphas, cuts=False)
+    rate = Fraction(3, 2) / (2 * pair_sensitivity(alphas, "add_remove", 1) * unit)
+    order = {pair: k for k, pair in enumerate(zip(*np.triu_indices(first.size), strict=True))}
+    source = SecureRandom()
     observed = np.zeros(law.size, dtype=np.int64)
     for _ in range(6_000):
-        observed[draw()] += 1
+        observed[order[select_pair(first, second, rate, source)]] += 1
     assert chi_square_pvalue(observed, law) > FPR
 
 
@@ -263,8 +274,9 @@ def test_select_pair_follows_the_exact_law_on_ties_and_empty_branches() -> None:
         pairs = sorted(law)
         position = {p: k for k, p in enumerate(pairs)}
         observed = np.zeros(len(pairs), dtype=np.int64)
+        envelope = _pair_envelope(a, b, rate)
         for _ in range(2_500):
-            observed[position[select_pair(a, b, rate, source)]] += 1
+            observed[position[_draw_pair(envelope, source)[:2]]] += 1
         assert chi_square_pvalue(observed, np.array([law[p] for p in pairs])) > FPR
 
 
