@@ -312,6 +312,22 @@ class FlinkCluster:
                 raise RuntimeError("the TaskManager did not register with the JobManager")
             time.sleep(1)
 
+    def ensure_taskmanager(self) -> str | None:
+        """Start a TaskManager if none is running; returns why one was started, else None.
+
+        A TaskManager can end between jobs without any fault of the job: Beam's job-server
+        threads (its gRPC event loops) may load a class after Flink has closed the finished
+        job's class loader, and the ``NoClassDefFoundError`` on such a thread ends the process
+        under ``cluster.uncaught-exception-handling: FAIL`` (apache/beam issue 30000; seen once
+        in a suite run, right after a job finished). The next job would then wait for a slot
+        until Flink's slot request times out.
+        """
+        if any(process.poll() is None for process in self.taskmanagers):
+            return None
+        codes = [process.returncode for process in self.taskmanagers]
+        self.start_taskmanager()
+        return f"no TaskManager was running (exit codes {codes}); started a new one"
+
     def kill_taskmanager(self) -> None:
         """SIGKILL the running TaskManager (a lost machine: no shutdown hook runs)."""
         for process in self.taskmanagers:

@@ -154,7 +154,12 @@ def flink_cluster_session(
 def flink_cluster(flink_cluster_session: ClusterSession) -> Iterator[ClusterSession]:
     """The session's cluster for one test, with a watchdog: a job still running after
     JOB_TIMEOUT is cancelled (a job whose SDK workers never start hangs RUNNING; cancelled, its
-    pipeline fails and so does the test, instead of the suite hanging)."""
+    pipeline fails and so does the test, instead of the suite hanging). A TaskManager that
+    ended after the last test's job is replaced first (``FlinkCluster.ensure_taskmanager``), and
+    said on stderr."""
+    restarted = flink_cluster_session.cluster.ensure_taskmanager()
+    if restarted is not None:
+        print(f"flink_cluster: {restarted}", file=sys.stderr)
     watchdog = threading.Timer(JOB_TIMEOUT, flink_cluster_session.cluster.cancel_running)
     watchdog.daemon = True
     watchdog.start()
