@@ -345,6 +345,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 extra = ["--show_tracebacks_unsafe"] if args.debug else []
                 shown = ""
                 if runner == "flink":
+                    assert cluster is not None
+                    replaced = cluster.ensure_taskmanager()  # one may end between jobs
+                    if replaced is not None:
+                        print(f"  ({replaced})", flush=True)
+                        roots[1:2] = [p.pid for p in cluster.taskmanagers if p.poll() is None]
                     parallelism = args.flink_parallelism
                     if parallelism == "auto":
                         parallelism = -(-rows // FILE_ROWS)  # one instance per file
