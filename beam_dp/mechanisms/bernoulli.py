@@ -325,41 +325,62 @@ def bernoulli_exp_multiples_walk(
     return out
 
 
+def _proposal_batch(n: int) -> int:
+    """Proposals a lane of :func:`geometric_exp` draws per pass: 8 for a few lanes (one pass
+    nearly always suffices, instead of one call per pass), fewer as the lanes grow (their
+    bytes would dominate). A function of ``n`` alone."""
+    return max(1, min(8, 4096 // max(n, 1)))
+
+
 def geometric_exp(c: Fraction, n: int, source: RandomSource) -> npt.NDArray[Any]:
     """``n`` independent draws of ``G >= 0`` with ``P(G >= g) = exp(-c g)``, ``c`` rational > 0.
 
-    With ``t = ceil(1 / c)``: ``G = U + t V``, where ``U`` is a uniform proposal on ``[0, t)``
-    kept with probability ``exp(-c U)`` and ``V`` counts the successes of ``exp(-c t)`` coins
-    before the first failure (Canonne, Kamath and Steinke 2020, Algorithm 2). ``P(U = u)
+    With ``t = ceil(1 / (4 c))``: ``G = U + t V``, where ``U`` is a uniform proposal on
+    ``[0, t)`` kept with probability ``exp(-c U)`` and ``V`` counts the successes of
+    ``exp(-c t)`` coins before the first failure (Canonne, Kamath and Steinke 2020,
+    Algorithm 2, with ``t`` chosen so that ``c t >= 1/4``; for ``c >= 1/4``, ``t = 1`` and
+    ``G = V``). ``P(U = u)
     P(V = v)`` is proportional to ``exp(-c (u + t v))`` and ``(u, v) -> u + t v`` is a bijection
-    onto the naturals, so ``P(G = g)`` is proportional to ``exp(-c g)``.
+    onto the naturals, so ``P(G = g)`` is proportional to ``exp(-c g)``. Each lane draws its
+    proposals :func:`_proposal_batch` at a time and keeps its first kept one in draw order,
+    which is the sequential procedure; likewise ``V``'s coins, whose count of leading
+    successes is the same as one coin at a time.
 
     Work: every request's size and bound is a function of ``c``, ``n`` and bits already
-    drawn, never of anything else. A proposal is kept with probability above ``exp(-1)``
-    (``c (t - 1) < 1``), and a ``V`` coin succeeds with probability at most ``exp(-1)``
-    (``c t >= 1``), so both loops end with probability 1 after a few passes, with laws that
+    drawn, never of anything else. A proposal is kept with probability above ``exp(-1/4)``
+    (``c (t - 1) < 1/4``), and a ``V`` coin succeeds with probability at most ``exp(-1/4)``
+    (``c t >= 1/4``), so both loops end with probability 1 after a few passes, with laws that
     depend on ``c`` and ``n`` only. Returns int64, or Python ints (object) when ``G`` could
     pass 2**62.
     """
     if c <= 0:
         raise ValueError("'c' must be > 0")
-    t = -((-c.denominator) // c.numerator)  # ceil(1 / c)
+    t = -((-c.denominator) // (4 * c.numerator))  # ceil(1 / (4 c)): 1 when c >= 1/4
     u: npt.NDArray[Any] = np.zeros(n, dtype=np.int64 if t <= (1 << 62) else object)
     todo = np.arange(n)
+    batch = _proposal_batch(n)
     while t > 1 and todo.size:
+        size = todo.size * batch
         if t <= (1 << 62):
-            proposals: npt.NDArray[Any] = source.below(t, todo.size)
+            proposals: npt.NDArray[Any] = source.below(t, size)
         else:  # a rate below 2**-62: exact Python integers
-            proposals = np.array([source.randbelow(t) for _ in range(todo.size)], dtype=object)
-        kept = bernoulli_exp_multiples_walk(c, proposals, source)
-        u[todo[kept]] = proposals[kept]
-        todo = todo[~kept]
+            proposals = np.array([source.randbelow(t) for _ in range(size)], dtype=object)
+        proposals = proposals.reshape(todo.size, batch)
+        kept = bernoulli_exp_multiples_walk(c, proposals.reshape(-1), source).reshape(
+            todo.size, batch
+        )
+        found = np.flatnonzero(kept.any(axis=1))
+        first = kept.argmax(axis=1)  # each lane's first kept proposal, in draw order
+        u[todo[found]] = proposals[found, first[found]]
+        todo = np.delete(todo, found)
     v = np.zeros(n, dtype=np.int64)
     alive = np.arange(n)
     step = c * t
-    while alive.size:
-        alive = alive[bernoulli_exp(step, alive.size, source)]
-        v[alive] += 1
+    while alive.size:  # each lane flips `batch` coins a pass and counts its leading successes
+        coins = bernoulli_exp(step, alive.size * batch, source).reshape(alive.size, batch)
+        leading = np.where(coins.all(axis=1), batch, coins.argmin(axis=1))
+        v[alive] += leading
+        alive = alive[leading == batch]
     if n and t * (int(v.max()) + 1) > (1 << 62):
         return np.array([int(a) + t * int(b) for a, b in zip(u, v, strict=True)], dtype=object)
     return u.astype(np.int64) + np.int64(t) * v

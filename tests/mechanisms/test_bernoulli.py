@@ -257,14 +257,16 @@ def test_exact_resort_refuses_gamma_outside_its_range() -> None:
             _count_below_exact(gamma, 0, 64, SecureRandom())
 
 
-@pytest.mark.parametrize("c", [Fraction(1, 7), Fraction(3, 10), Fraction(1), Fraction(5, 2)])
+@pytest.mark.parametrize(
+    "c", [Fraction(1, 50), Fraction(1, 7), Fraction(3, 10), Fraction(1), Fraction(5, 2)]
+)
 def test_geometric_exp_has_the_exponential_tail(c: Fraction) -> None:
-    # P(G >= g) = exp(-c g), checked at the first few g (t = ceil(1/c) is 7, 4, 1 and 1:
-    # both the proposals' loop and the V coins run).
+    # P(G >= g) = exp(-c g), checked at a few g (t = ceil(1/(4c)) is 13, 2, 1, 1 and 1: the
+    # proposals' loop runs for the first two, the V coins for all).
     n = 120_000
     draws = geometric_exp(c, n, SecureRandom())
     assert draws.dtype == np.int64 and int(draws.min()) >= 0
-    for g in (1, 2, 3, 8):
+    for g in (1, 2, 3, 8, 40):
         expected = math.exp(-float(c) * g)
         assert stats.binomtest(int((draws >= g).sum()), n, expected).pvalue > FPR
 
