@@ -339,9 +339,9 @@ def geometric_exp(c: Fraction, n: int, source: RandomSource) -> npt.NDArray[Any]
     ``[0, t)`` kept with probability ``exp(-c U)`` and ``V`` counts the successes of
     ``exp(-c t)`` coins before the first failure (Canonne, Kamath and Steinke 2020,
     Algorithm 2, with ``t`` chosen so that ``c t >= 1/4``; for ``c >= 1/4``, ``t = 1`` and
-    ``G = V``). ``P(U = u)
-    P(V = v)`` is proportional to ``exp(-c (u + t v))`` and ``(u, v) -> u + t v`` is a bijection
-    onto the naturals, so ``P(G = g)`` is proportional to ``exp(-c g)``. Each lane draws its
+    ``G = V``). ``P(U = u) P(V = v)`` is proportional to ``exp(-c (u + t v))`` and
+    ``(u, v) -> u + t v`` is a bijection onto the naturals, so ``P(G = g)`` is proportional to
+    ``exp(-c g)``. Each lane draws its
     proposals :func:`_proposal_batch` at a time and keeps its first kept one in draw order,
     which is the sequential procedure; likewise ``V``'s coins, whose count of leading
     successes is the same as one coin at a time.
