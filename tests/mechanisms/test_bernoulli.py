@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from draw_helpers import ReadLog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -21,7 +22,7 @@ from beam_dp.mechanisms.bernoulli import (
     bernoulli_rational,
     geometric_exp,
 )
-from beam_dp.mechanisms.randomness import InsecureSeededRandom, RandomSource
+from beam_dp.mechanisms.randomness import RandomSource
 
 
 class _Enumerate16(RandomSource):
@@ -281,17 +282,6 @@ def test_geometric_exp_with_a_rate_below_two_to_the_minus_62_uses_python_ints() 
     assert max(int(g) for g in many) > 2**62
 
 
-class _ReadLog(InsecureSeededRandom):
-    def __init__(self, seed: int) -> None:
-        with pytest.warns(Warning):
-            super().__init__(seed)
-        self.reads: list[int] = []
-
-    def random_bytes(self, n: int) -> bytes:
-        self.reads.append(n)
-        return super().random_bytes(n)
-
-
 MULTIPLE_LISTS = st.integers(1, 60).flatmap(
     lambda n: st.tuples(
         st.lists(st.integers(0, 2**40), min_size=n, max_size=n),
@@ -313,11 +303,11 @@ def test_exp_multiples_read_a_stream_that_does_not_depend_on_the_multiples(
     # already read: any two multiples of the same length read the same stream.
     logs = []
     for multiples in pair:
-        source = _ReadLog(seed)
+        source = ReadLog(seed)
         bernoulli_exp_multiples(c, np.array(multiples, dtype=np.int64), source)
         logs.append(source.reads)
     assert logs[0] == logs[1]
-    as_objects = _ReadLog(seed)
+    as_objects = ReadLog(seed)
     bernoulli_exp_multiples(c, np.array(pair[0], dtype=object), as_objects)
     assert as_objects.reads == logs[0]
 
@@ -326,13 +316,13 @@ def test_the_walk_reads_a_stream_that_depends_on_the_multiples() -> None:
     # The property above is not vacuous: the coins by bits draw nothing for a zero multiple.
     logs = []
     for multiples in ([0] * 50, [1000] * 50):
-        source = _ReadLog(3)
+        source = ReadLog(3)
         bernoulli_exp_multiples_walk(Fraction(1, 2), np.array(multiples, dtype=np.int64), source)
         logs.append(source.reads)
     assert logs[0] != logs[1]
 
 
 def test_exp_multiples_with_rate_zero_succeed_without_reading() -> None:
-    source = _ReadLog(0)
+    source = ReadLog(0)
     coins = bernoulli_exp_multiples(Fraction(0), np.array([0, 5, 2**40]), source)
     assert coins.all() and source.reads == []

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from draw_helpers import ReadLog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_dp.mechanisms import SecureRandom, per_key, selection
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.per_key import select_per_key
-from beam_dp.mechanisms.randomness import InsecureRandomWarning, InsecureSeededRandom
 from beam_dp.mechanisms.selection import select, top_k
 
 Request = tuple[Any, ...]
@@ -263,26 +263,13 @@ def test_select_per_key_pads_every_key_to_its_rounds() -> None:
     assert work == [("below_each", (3, 3, 3, 2, 2) * rounds), ("coins", 5 * rounds)]
 
 
-class StreamLog(InsecureSeededRandom):
-    """A seeded source that logs the size of every read, inside the coins too."""
-
-    def __init__(self, seed: int) -> None:
-        with pytest.warns(InsecureRandomWarning):
-            super().__init__(seed)
-        self.reads: list[int] = []
-
-    def random_bytes(self, n: int) -> bytes:
-        self.reads.append(n)
-        return super().random_bytes(n)
-
-
 def _streams(
     sampler: Callable[..., object], inputs: tuple[object, ...], seed: int, **options: object
 ) -> list[tuple[list[int], object]]:
     """(every read's size, the output) of ``sampler`` on each input, from the same seed."""
     out = []
     for scores in inputs:
-        source = StreamLog(seed)
+        source = ReadLog(seed)
         result = sampler(scores, rng=source, **options)
         out.append((source.reads, result))
     return out
