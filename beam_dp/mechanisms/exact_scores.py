@@ -8,6 +8,11 @@ and ``unit`` a :class:`~fractions.Fraction`:
 * a float is the dyadic rational ``mantissa * 2**exponent`` it holds, so a float array is
   written exactly over the smallest power of two it needs (no rounding anywhere);
 * ``Fraction`` (or mixed) sequences are put over their least common denominator.
+
+That unit depends on the values (a float array's smallest exponent, the Fractions' common
+denominator), so a sampler must not derive its coins' rate from it: the coins' work is a
+function of the rate (``docs/timing.md``). The samplers use :func:`scores_in_public_steps`,
+whose unit is a function of the scores' type and the sensitivity only.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ExactScores", "ScoresLike", "exact_scores"]
+__all__ = [
+    "STEPS_PER_SENSITIVITY",
+    "ExactScores",
+    "ScoresLike",
+    "exact_scores",
+    "scores_in_public_steps",
+]
 
 ScoresLike = npt.ArrayLike | Sequence[Fraction]
 
@@ -58,25 +69,6 @@ def _from_python_ints(values: list[int], unit: Fraction) -> ExactScores:
     if all(-_INT64_SAFE < v < _INT64_SAFE for v in values):
         return ExactScores(np.array(values, dtype=np.int64), unit)
     return ExactScores(np.array(values, dtype=object), unit)
-
-
-def _reduce(scores: ExactScores) -> ExactScores:
-    """Divide out the gcd of all pairwise differences (keeps the integers small)."""
-    ints = scores.integers
-    if ints.dtype == object:
-        low = min(ints)
-        divisor = 0
-        for v in ints:
-            divisor = math.gcd(divisor, int(v) - low)
-        if divisor <= 1:
-            return scores
-        return _from_python_ints([(int(v) - low) // divisor for v in ints], scores.unit * divisor)
-    low = ints.min()
-    shifted = ints - low
-    divisor = int(np.gcd.reduce(shifted)) if shifted.size else 0
-    if divisor <= 1:
-        return ExactScores(shifted, scores.unit)
-    return ExactScores(shifted // divisor, scores.unit * divisor)
 
 
 def _from_floats(values: npt.NDArray[np.floating[Any]]) -> ExactScores:
@@ -140,18 +132,74 @@ def exact_scores(scores: ScoresLike) -> ExactScores:
         raise TypeError("'scores' must be numbers; received booleans")
     if array.dtype.kind in "iu":
         if array.dtype.kind == "u" and int(array.max()) >= _INT64_SAFE:
-            return _reduce(_from_python_ints([int(v) for v in array], Fraction(1)))
+            return _from_python_ints([int(v) for v in array], Fraction(1))
         ints = array.astype(np.int64)
         if int(ints.max()) >= _INT64_SAFE or int(ints.min()) <= -_INT64_SAFE:
-            return _reduce(_from_python_ints([int(v) for v in ints], Fraction(1)))
-        return _reduce(ExactScores(ints, Fraction(1)))
+            return _from_python_ints([int(v) for v in ints], Fraction(1))
+        return ExactScores(ints, Fraction(1))
     if array.dtype.kind == "f":
         bad = ~np.isfinite(array)
         if bad.any():
             raise ValueError(
                 f"'scores' must be finite; found {int(bad.sum())} NaN or infinite score(s)"
             )
-        return _reduce(_from_floats(array))
+        return _from_floats(array)
     if array.dtype == object:
-        return _reduce(_from_objects(list(array)))
+        return _from_objects(list(array))
     raise TypeError(f"'scores' must be numbers; received dtype {array.dtype}")
+
+
+#: Grid steps per sensitivity for scores that are not integers (:func:`scores_in_public_steps`).
+STEPS_PER_SENSITIVITY = 1 << 24
+
+
+def scores_in_public_steps(scores: ScoresLike, sensitivity: Fraction) -> ExactScores:
+    """Write ``scores`` as ``integers * unit`` with ``unit`` a function of public numbers only.
+
+    * Integers (numpy integer dtypes, Python or numpy ints in a list or an object array) are
+      used as they are: unit 1.
+    * Any other scores (floats, Fractions) are put on the grid of step
+      ``unit = sensitivity / STEPS_PER_SENSITIVITY``: each becomes ``floor(score / unit)``.
+
+    Why the grid keeps the privacy of the selection: if two neighbouring datasets move a score
+    by at most ``sensitivity``, its grid integer moves by at most ``STEPS_PER_SENSITIVITY``
+    (``|floor(x) - floor(y)| <= n`` whenever ``|x - y| <= n`` for an integer ``n``), so the
+    sensitivity in steps is exactly ``sensitivity / unit``; ``floor`` is non-decreasing, so
+    scores that all move one way still do. The mechanism is then sampled exactly on the grid
+    scores: every gap changes by less than one step, so each candidate's coin probability
+    ``exp(-c * gap)`` differs from the one on the exact scores by a factor below ``exp(c)``
+    with ``c = epsilon / (2 * STEPS_PER_SENSITIVITY)`` (about ``3e-8 * epsilon``).
+
+    Why not the exact unit of :func:`exact_scores`: it depends on the values (the floats'
+    smallest exponent, the Fractions' denominators), and the coins' rate ``epsilon * unit /
+    (2 * sensitivity)`` fixes how much randomness every coin reads; a unit taken from the data
+    would make the sampler's running time a function of the data.
+
+    Raises:
+        ValueError: as :func:`exact_scores`. The message never contains a score.
+    """
+    exact = exact_scores(scores)
+    if _integer_typed(scores):
+        return exact  # unit 1
+    step = sensitivity / STEPS_PER_SENSITIVITY
+    ratio = exact.unit / step  # exact rational: integer * ratio is the score in steps
+    numerator, denominator = ratio.numerator, ratio.denominator
+    ints = exact.integers
+    if denominator == 1 and ints.dtype != object:
+        largest = int(np.abs(ints).max())
+        if largest * numerator < _INT64_SAFE:
+            return ExactScores(ints * np.int64(numerator), step)
+    on_grid = [(int(v) * numerator) // denominator for v in ints.tolist()]
+    return _from_python_ints(on_grid, step)
+
+
+def _integer_typed(scores: ScoresLike) -> bool:
+    """Whether every score has an integer type: an integer numpy dtype, or integer objects.
+
+    By type, never by value: a Fraction or a float that equals an integer is not an integer
+    here. An object array of Python ints (a combiner's scores beyond int64) is.
+    """
+    if isinstance(scores, np.ndarray) and scores.dtype != object:
+        return scores.dtype.kind in "iu"
+    items = scores.tolist() if isinstance(scores, np.ndarray) else list(scores)  # type: ignore[arg-type]
+    return all(isinstance(v, Integral) and not isinstance(v, bool) for v in items)

@@ -7,14 +7,13 @@ rate ``c`` with ``gamma_r = c * gap_r``) is done once for all keys, and every ke
 flipped in the same vectorised calls, so a key with 2-10 candidates costs a few microseconds
 instead of a few hundred.
 
-Why one set-up serves every key. All scores are written exactly as ``integers * unit`` with
-one ``unit`` (:func:`~.exact_scores.exact_scores` of the concatenated scores), and each key's
-gaps ``(max_k - score) / unit`` are exact non-negative integers. A candidate's coin has
-probability ``exp(-gamma_r)`` with ``gamma_r = epsilon * (q_max,k - q_r) / (2 * sensitivity)``
-(``/ sensitivity`` when monotone), and ``gamma_r = c * gap_r`` with
-``c = epsilon * unit / (2 * sensitivity)`` exactly, whatever the unit: the coins, hence the
-law of the output, are those of :func:`~.selection.select` on the key alone (which may use a
-coarser unit and a correspondingly larger ``c``; the product is the same rational).
+Why one set-up serves every key. All scores are written as exact ``integers * unit`` with one
+``unit`` fixed by their type and the sensitivity (:func:`~.exact_scores.scores_in_public_steps`
+of the concatenated scores: integers as they are, other scores floored onto a public grid), and
+each key's gaps ``(max_k - score) / unit`` are exact non-negative integers. A candidate's coin
+has probability ``exp(-c * gap_r)`` with ``c = epsilon * unit / (2 * sensitivity)``
+(``/ sensitivity`` when monotone): the same unit, grid and ``c`` as :func:`~.selection.select`
+on the key alone, so the coins, hence the law of the output, are that selection's.
 
 * **Permute-and-flip.** For a key, flip every candidate's coin and return its success of
   smallest rank in a uniformly random permutation. This is permute-and-flip exactly: the coins
@@ -53,12 +52,13 @@ import numpy as np
 import numpy.typing as npt
 
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
-from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_scores
+from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 from beam_dp.mechanisms.selection import (
     _RANK_SENTINEL,
     EXPONENTIAL_ROUNDS,
     Method,
+    _in_public_steps,
     _rate,
     _select_exact,
     check_method,
@@ -284,7 +284,7 @@ def select_per_key(
     if sizes.size == 0:
         _rate(epsilon, sensitivity, monotonic, Fraction(1))  # validate even with no keys
         return np.zeros(0, dtype=np.int64)
-    exact = exact_scores(flat)
+    exact = _in_public_steps(flat, sensitivity)
     rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     if exact.integers.dtype == object:  # beyond int64: one exact selection per key

@@ -12,7 +12,9 @@ scores):
   never worse than the exponential mechanism in expected score and up to twice as good. It has
   no zCDP bound better than pure DP's.
 
-Sampling is exact. Scores become exact rationals (:mod:`.exact_scores`), epsilon and the
+Sampling is exact. Scores become exact integers in a public unit (integers as they are, floats
+and Fractions floored onto a grid of ``sensitivity / 2**24``:
+:func:`~.exact_scores.scores_in_public_steps`, which has the argument), epsilon and the
 sensitivity are converted from floats exactly, and every coin is an exact Bernoulli(exp(-x))
 (:mod:`.bernoulli`) fed by uniform bits from the OS CSPRNG (:mod:`.randomness`).
 
@@ -49,7 +51,7 @@ from beam_dp._validation import (
     to_fraction,
 )
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples
-from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, exact_scores
+from beam_dp.mechanisms.exact_scores import ExactScores, ScoresLike, scores_in_public_steps
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
@@ -95,6 +97,12 @@ def _rate(
     return (
         to_fraction(epsilon, "epsilon") * unit / (divisor * to_fraction(sensitivity, "sensitivity"))
     )
+
+
+def _in_public_steps(scores: ScoresLike, sensitivity: float | Fraction) -> ExactScores:
+    """``scores`` as exact integers in a unit fixed by their type and ``sensitivity`` only."""
+    check_positive_finite(sensitivity, "sensitivity")
+    return scores_in_public_steps(scores, to_fraction(sensitivity, "sensitivity"))
 
 
 #: Rounds of ``d`` proposals the exponential mechanism always draws (see :func:`_exponential`).
@@ -202,7 +210,11 @@ def select(
 
     Args:
         scores: one score per public candidate (ints, floats or Fractions; higher is better).
-            Converted to exact rationals; NaN and infinity are refused.
+            Integers are used exactly; floats and Fractions are floored onto the public grid of
+            ``sensitivity / 2**24`` (``scores_in_public_steps``: the same privacy, coin
+            probabilities within a factor ``exp(epsilon * 2**-25)`` of the exact scores', and
+            a running time that does not depend on their denominators). NaN and infinity are
+            refused.
         epsilon: the privacy parameter spent by this selection (> 0, finite).
         sensitivity: the largest change of any one candidate's score between neighbouring
             datasets (> 0, finite), in the units of ``scores``.
@@ -226,7 +238,7 @@ def select(
         ValueError: empty or non-finite scores, or epsilon or sensitivity not > 0 and finite.
     """
     chosen_method = check_method(method)
-    exact = exact_scores(scores)
+    exact = _in_public_steps(scores, sensitivity)
     rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
     return _select_exact(exact, None, rate, chosen_method, as_random_source(rng))
 
@@ -256,7 +268,7 @@ def top_k(
     """
     chosen_method = check_method(method)
     check_positive_int(k, "k")
-    exact = exact_scores(scores)
+    exact = _in_public_steps(scores, sensitivity)
     if k > len(exact):
         raise ValueError(
             f"'k' must be at most the number of candidates ({len(exact)}); received {k}"
@@ -277,7 +289,7 @@ def top_k(
 def _float_gammas(
     scores: ScoresLike, epsilon: float | Fraction, sensitivity: float | Fraction, monotonic: bool
 ) -> npt.NDArray[np.float64]:
-    exact = exact_scores(scores)
+    exact = _in_public_steps(scores, sensitivity)
     rate = _rate(epsilon, sensitivity, monotonic, exact.unit)
     gaps = exact.gaps()
     return float(rate) * gaps.astype(np.float64)

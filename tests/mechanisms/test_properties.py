@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -11,7 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_dp.mechanisms import score_loss_bound, select, selection_probabilities, top_k
-from beam_dp.mechanisms.exact_scores import exact_scores
+from beam_dp.mechanisms.exact_scores import (
+    STEPS_PER_SENSITIVITY,
+    exact_scores,
+    scores_in_public_steps,
+)
 
 METHODS = st.sampled_from(["permute_and_flip", "exponential"])
 SCORES = st.lists(st.integers(-1000, 1000), min_size=1, max_size=40)
@@ -77,25 +82,24 @@ def test_float_scores_are_converted_exactly(scores: list[float]) -> None:
     exact = exact_scores(np.array(scores))
     recovered = [int(v) * exact.unit for v in exact.integers]
     top = max(Fraction(s) for s in scores)
-    # the integers are shifted by a constant, so compare differences to the maximum
-    top_recovered = max(recovered)
-    assert [top - Fraction(s) for s in scores] == [top_recovered - r for r in recovered]
+    assert recovered == [Fraction(s) for s in scores]
+    assert top == max(recovered)
 
 
 def test_fraction_and_huge_integer_scores() -> None:
     exact = exact_scores([Fraction(1, 3), Fraction(1, 6), 2])
     assert [int(v) * exact.unit for v in exact.integers] == [
+        Fraction(1, 3),
         Fraction(1, 6),
-        Fraction(0),
-        Fraction(11, 6),
+        Fraction(2),
     ]
     huge = exact_scores([10**30, 1, -(10**30)])
     assert huge.integers.dtype == object
     assert select([10**30, 1, -(10**30)], epsilon=1.0, sensitivity=1) == 0
-    # a common factor is divided out, so these fit in int64 after all
-    reduced = exact_scores([10**30, 0, -(10**30)])
-    assert reduced.integers.tolist() == [2, 1, 0]
-    assert reduced.unit == 10**30
+    # no common factor is divided out: the unit of integers is 1, whatever their values
+    kept = exact_scores([10**30, 0, -(10**30)])
+    assert kept.integers.dtype == object and kept.unit == 1
+    assert kept.integers.tolist() == [10**30, 0, -(10**30)]
 
 
 @settings(deadline=None, max_examples=40)
@@ -138,3 +142,47 @@ def test_other_validation_messages() -> None:
         score_loss_bound(0, epsilon=1.0, sensitivity=1)
     with pytest.raises(TypeError, match="'scores' must be numbers"):
         select([True, False], epsilon=1.0, sensitivity=1)
+
+
+SENSITIVITIES = st.sampled_from([Fraction(1), Fraction(1, 3), Fraction(5, 2), Fraction(1, 1 << 10)])
+
+
+@settings(deadline=None, max_examples=80)
+@given(first=FLOAT_SCORES, second=FLOAT_SCORES, sensitivity=SENSITIVITIES)
+def test_the_samplers_unit_is_fixed_by_the_type_and_the_sensitivity(
+    first: list[float], second: list[float], sensitivity: Fraction
+) -> None:
+    # the coins' rate is epsilon * unit / sensitivity: a unit taken from the values (the
+    # floats' smallest exponent, the integers' gcd) would make the coins' work private
+    step = sensitivity / STEPS_PER_SENSITIVITY
+    assert scores_in_public_steps(np.array(first), sensitivity).unit == step
+    assert scores_in_public_steps([Fraction(v) for v in second], sensitivity).unit == step
+    ints = [int(v) for v in first]
+    assert scores_in_public_steps(np.array(ints, dtype=np.int64), sensitivity).unit == 1
+    assert scores_in_public_steps(ints, sensitivity).unit == 1
+    # Python ints beyond int64 (a combiner's object array) are integers too
+    big = np.array([v * 2**70 for v in ints], dtype=object)
+    assert scores_in_public_steps(big, sensitivity).unit == 1
+
+
+@settings(deadline=None, max_examples=120)
+@given(scores=FLOAT_SCORES, sensitivity=SENSITIVITIES, data=st.data())
+def test_the_grid_keeps_the_sensitivity_and_the_order(
+    scores: list[float], sensitivity: Fraction, data: st.DataObject
+) -> None:
+    # each score becomes floor(score / step); a neighbour's scores, each moved by at most the
+    # sensitivity (all one way or not), move by at most STEPS_PER_SENSITIVITY grid steps
+    moves = data.draw(st.lists(st.fractions(-1, 1), min_size=len(scores), max_size=len(scores)))
+    exact = [Fraction(v) for v in scores]
+    neighbour = [v + m * sensitivity for v, m in zip(exact, moves, strict=True)]
+    grid = scores_in_public_steps(exact, sensitivity)
+    moved = scores_in_public_steps(neighbour, sensitivity)
+    step = sensitivity / STEPS_PER_SENSITIVITY
+    assert [int(g) for g in grid.integers] == [math.floor(v / step) for v in exact]
+    for g, h in zip(grid.integers.tolist(), moved.integers.tolist(), strict=True):
+        assert abs(int(g) - int(h)) <= STEPS_PER_SENSITIVITY
+    pairs = zip(itertools.pairwise(exact), itertools.pairwise(grid.integers.tolist()), strict=True)
+    for (a, b), (g, h) in pairs:
+        assert (a <= b) <= (g <= h)  # the order is kept (ties may appear, never inversions)
+    floats = scores_in_public_steps(np.array(scores), sensitivity)
+    assert floats.integers.tolist() == grid.integers.tolist()

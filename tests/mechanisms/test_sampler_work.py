@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from draw_helpers import ReadLog
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from beam_dp.mechanisms import SecureRandom, per_key, selection
@@ -289,6 +289,9 @@ def test_select_reads_the_same_stream_on_the_reported_neighbours(method: str, pa
 
 @settings(deadline=None, max_examples=40)
 @given(case=NEIGHBOURS, seed=st.integers(0, 2**32 - 1))
+# Found by a random run: the scores' unit was their gcd of differences (1 against 2 here), so
+# the coins' rate c = epsilon * unit / sensitivity, which sets every coin's reads, was private.
+@example(case=([0, 1], 1, 1, "permute_and_flip", 0.1), seed=0)
 def test_select_reads_the_same_stream_on_random_neighbours(
     case: tuple[list[int], int, int, str, float], seed: int
 ) -> None:
@@ -305,6 +308,34 @@ def test_select_reads_the_same_stream_on_random_neighbours(
         method=method,
     )
     assert reads == neighbour_reads
+
+
+FRACTIONAL_NEIGHBOURS = {
+    # floats whose exact unit (the smallest power of two they need) differs: 2**-2 vs 2**-7
+    "floats": (np.array([0.0, 0.5, 0.75, 3.0]), np.array([0.0, 0.5, 0.7578125, 3.0])),
+    # Fractions whose common denominator differs: 3 vs 21
+    "fractions": (
+        [Fraction(1, 3), Fraction(0), Fraction(2)],
+        [Fraction(1, 7), Fraction(0), Fraction(2)],
+    ),
+    # integers whose differences' gcd differs: 1000 vs 1 (the unit was that gcd before)
+    "integers": (np.array([0, 1000, 2000]), np.array([0, 1001, 2000])),
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("kind", list(FRACTIONAL_NEIGHBOURS))
+def test_select_reads_the_same_stream_whatever_the_scores_denominators(
+    method: str, kind: str
+) -> None:
+    # The unit the coins' rate is computed in is a function of the scores' type and the
+    # sensitivity, never of their values (exact_scores.scores_in_public_steps).
+    first, second = FRACTIONAL_NEIGHBOURS[kind]
+    for seed in range(3):
+        (reads, _), (neighbour_reads, _) = _streams(
+            select, (first, second), seed, epsilon=0.5, sensitivity=1, method=method
+        )
+        assert reads == neighbour_reads
 
 
 @pytest.mark.parametrize("method", METHODS)
