@@ -250,8 +250,10 @@ def select_per_key(
         scores: either a two-dimensional array with one row of scores per key (``counts``
             omitted; every key has the same number of candidates), or all keys' scores
             concatenated in key order (one-dimensional; ``counts`` gives how many belong to
-            each key). Ints, floats or Fractions, higher is better; converted to exact
-            rationals; NaN and infinity are refused.
+            each key). Ints, floats or Fractions, higher is better; integers are used
+            exactly, floats and Fractions floored onto the public grid of
+            ``sensitivity / 2**24`` (as :func:`~.selection.select`); NaN and infinity are
+            refused.
         counts: the number of candidates of each key (each >= 1), adding up to
             ``len(scores)``; None for a two-dimensional ``scores``.
         epsilon: the privacy parameter spent by each key's selection (> 0, finite).
