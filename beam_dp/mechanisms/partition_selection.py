@@ -46,7 +46,7 @@ from beam_dp._validation import (
     check_probability_open,
     to_fraction,
 )
-from beam_dp.mechanisms.bernoulli import bernoulli_exp, bernoulli_exp_multiples_walk
+from beam_dp.mechanisms.bernoulli import geometric_exp
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
@@ -58,8 +58,6 @@ __all__ = [
     "sure_release_count",
 ]
 
-_ONE = Fraction(1)
-_INT64_HEADROOM = 1 << 62
 
 NO_DELTA_HINT = (
     "DP key selection needs delta > 0: a label held by a single privacy unit is released with "
@@ -111,31 +109,14 @@ def discrete_laplace(
     todo = np.arange(int(n))
     rate = Fraction(1, t)
     while todo.size:
-        # U uniform on [0, t), accepted with probability exp(-U / t).
-        if t <= (1 << 63):
-            u = source.below(t, todo.size)
-        else:  # a scale whose numerator needs more than 63 bits: exact Python integers
-            u = np.array([source.randbelow(t) for _ in range(todo.size)], dtype=object)
-        accepted = bernoulli_exp_multiples_walk(rate, u, source)  # u: a uniform proposal
-        lanes, u = todo[accepted], u[accepted]
-        # V: the number of exp(-1) coins that succeed before the first failure.
-        v = np.zeros(lanes.size, dtype=np.int64)
-        alive = np.arange(lanes.size)
-        while alive.size:
-            alive = alive[bernoulli_exp(_ONE, alive.size, source)]
-            v[alive] += 1
-        if u.dtype != object and lanes.size and int(v.max()) < (_INT64_HEADROOM // t) - 1:
-            y = (u + t * v) // s
-        else:  # astronomically rare: exact Python integers
-            y = np.array(
-                [(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=np.int64
-            )
-        negative = source.below(2, lanes.size).astype(bool)
-        keep = ~(negative & (y == 0))  # reject "-0" so that 0 is not counted twice
-        out[lanes[keep]] = np.where(negative[keep], -y[keep], y[keep])
-        done = np.zeros(todo.size, dtype=bool)
-        done[np.flatnonzero(accepted)[keep]] = True
-        todo = todo[~done]
+        # Canonne, Kamath and Steinke 2020, Algorithm 3: X geometric with P(X = x) ∝ exp(-x / t),
+        # Y = floor(X / s), a fair sign, and "-0" rejected so that 0 is not counted twice.
+        x = geometric_exp(rate, todo.size, source)  # Python ints only past 2**62: never seen
+        y = np.array([int(g) // s for g in x], dtype=np.int64) if x.dtype == object else x // s
+        negative = source.below(2, todo.size).astype(bool)
+        keep = ~(negative & (y == 0))
+        out[todo[keep]] = np.where(negative[keep], -y[keep], y[keep])
+        todo = todo[~keep]
     return out
 
 
