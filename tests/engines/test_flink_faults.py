@@ -93,7 +93,11 @@ def test_a_taskmanager_that_ended_between_jobs_is_replaced(flink_cluster: Any) -
     # What the fixture does before every cluster test: a TaskManager that ended after the
     # previous job (apache/beam issue 30000 under uncaught-exception-handling FAIL) is
     # replaced, so the next job finds its slots instead of waiting out Flink's slot timeout.
+    # The test cluster runs under LOG, so that a job's teardown cannot end it between the
+    # release job's probe and its pipeline, where no fixture runs (tests/engines/conftest.py).
     cluster = flink_cluster.cluster
+    settings = (cluster.conf / "config.yaml").read_text()
+    assert 'cluster.uncaught-exception-handling: "LOG"' in settings
     assert cluster.ensure_taskmanager() is None  # one is running: nothing to do
     cluster.kill_taskmanager()
     reason = cluster.ensure_taskmanager()
