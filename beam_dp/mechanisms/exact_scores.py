@@ -178,8 +178,10 @@ def scores_in_public_steps(scores: ScoresLike, sensitivity: Fraction) -> ExactSc
     Raises:
         ValueError: as :func:`exact_scores`. The message never contains a score.
     """
-    exact = exact_scores(scores)
-    if _integer_typed(scores):
+    # read once: an iterator is consumed here, and both the values and the types are seen
+    items: ScoresLike = scores if isinstance(scores, np.ndarray) else list(scores)  # type: ignore[arg-type,assignment]
+    exact = exact_scores(items)
+    if _integer_typed(items):
         return exact  # unit 1
     step = sensitivity / STEPS_PER_SENSITIVITY
     ratio = exact.unit / step  # exact rational: integer * ratio is the score in steps

@@ -160,6 +160,8 @@ def test_the_samplers_unit_is_fixed_by_the_type_and_the_sensitivity(
     ints = [int(v) for v in first]
     assert scores_in_public_steps(np.array(ints, dtype=np.int64), sensitivity).unit == 1
     assert scores_in_public_steps(ints, sensitivity).unit == 1
+    # an iterator is read once: its floats are not taken for an empty list of integers
+    assert scores_in_public_steps(iter(first), sensitivity).unit == step
     # Python ints beyond int64 (a combiner's object array) are integers too
     big = np.array([v * 2**70 for v in ints], dtype=object)
     assert scores_in_public_steps(big, sensitivity).unit == 1
