@@ -38,21 +38,20 @@ def _global_random_calls(tree: ast.AST) -> list[int]:
         "Random",
         "SystemRandom",
     }
-    return [
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and isinstance(node.func.value, ast.Name)
-        and node.func.value.id == "random"
-        and node.func.attr in shared
-    ] + [
-        node.lineno
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-        and node.module == "random"
-        and any(alias.name in shared for alias in node.names)
-    ]
+
+    def uses_shared_state(node: ast.AST) -> bool:
+        if isinstance(node, ast.ImportFrom):
+            return node.module == "random" and any(alias.name in shared for alias in node.names)
+        return (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "random"
+            and node.func.attr in shared
+        )
+
+    lines = [node.lineno for node in ast.walk(tree) if uses_shared_state(node)]
+    return sorted(lines)
 
 
 def test_no_test_draws_from_the_global_random_module() -> None:
@@ -70,4 +69,4 @@ def test_no_test_draws_from_the_global_random_module() -> None:
 
 def test_the_global_random_check_finds_a_call_and_an_import() -> None:
     source = "import random\nfrom random import choice\nx = random.random()\nr = random.Random(1)\n"
-    assert _global_random_calls(ast.parse(source)) == [3, 2]
+    assert _global_random_calls(ast.parse(source)) == [2, 3]

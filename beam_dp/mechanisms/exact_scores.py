@@ -89,24 +89,28 @@ def _from_floats(values: npt.NDArray[np.floating[Any]]) -> ExactScores:
     return _from_python_ints(exact, unit)
 
 
-def _from_objects(values: Sequence[Any]) -> ExactScores:
+def _from_objects(values: Sequence[Any]) -> tuple[ExactScores, bool]:
+    """The exact scores, and whether every value has an integer type."""
     fractions: list[Fraction] = []
+    integer_typed = True
     for value in values:
         if isinstance(value, bool):
             raise TypeError("'scores' must be numbers; received a bool")
         if isinstance(value, Fraction):
             fractions.append(value)
+            integer_typed = False
         elif isinstance(value, Integral):
             fractions.append(Fraction(int(value)))
         elif isinstance(value, Real):
             if not math.isfinite(float(value)):
                 raise ValueError("'scores' must be finite; found NaN or infinity")
             fractions.append(Fraction(float(value)))
+            integer_typed = False
         else:
             raise TypeError(f"'scores' must be numbers; received type {type(value).__name__}")
     denominator = math.lcm(*(f.denominator for f in fractions))
     integers = [f.numerator * (denominator // f.denominator) for f in fractions]
-    return _from_python_ints(integers, Fraction(1, denominator))
+    return _from_python_ints(integers, Fraction(1, denominator)), integer_typed
 
 
 def exact_scores(scores: ScoresLike) -> ExactScores:
@@ -115,6 +119,16 @@ def exact_scores(scores: ScoresLike) -> ExactScores:
     Raises:
         ValueError: if ``scores`` is empty, not one-dimensional, or holds NaN or infinity.
             The message never contains a score (scores are computed from private data).
+    """
+    return _exact_and_integer_typed(scores)[0]
+
+
+def _exact_and_integer_typed(scores: ScoresLike) -> tuple[ExactScores, bool]:
+    """:func:`exact_scores`, and whether every score has an integer type.
+
+    By type, never by value: a Fraction or a float that equals an integer is not an integer
+    here; an integer numpy dtype is, and so is a list or object array of Python or numpy ints
+    (a combiner's scores beyond int64).
     """
     if isinstance(scores, np.ndarray):
         array = scores
@@ -132,18 +146,18 @@ def exact_scores(scores: ScoresLike) -> ExactScores:
         raise TypeError("'scores' must be numbers; received booleans")
     if array.dtype.kind in "iu":
         if array.dtype.kind == "u" and int(array.max()) >= _INT64_SAFE:
-            return _from_python_ints([int(v) for v in array], Fraction(1))
+            return _from_python_ints([int(v) for v in array], Fraction(1)), True
         ints = array.astype(np.int64)
         if int(ints.max()) >= _INT64_SAFE or int(ints.min()) <= -_INT64_SAFE:
-            return _from_python_ints([int(v) for v in ints], Fraction(1))
-        return ExactScores(ints, Fraction(1))
+            return _from_python_ints([int(v) for v in ints], Fraction(1)), True
+        return ExactScores(ints, Fraction(1)), True
     if array.dtype.kind == "f":
         bad = ~np.isfinite(array)
         if bad.any():
             raise ValueError(
                 f"'scores' must be finite; found {int(bad.sum())} NaN or infinite score(s)"
             )
-        return _from_floats(array)
+        return _from_floats(array), False
     if array.dtype == object:
         return _from_objects(list(array))
     raise TypeError(f"'scores' must be numbers; received dtype {array.dtype}")
@@ -178,10 +192,8 @@ def scores_in_public_steps(scores: ScoresLike, sensitivity: Fraction) -> ExactSc
     Raises:
         ValueError: as :func:`exact_scores`. The message never contains a score.
     """
-    # read once: an iterator is consumed here, and both the values and the types are seen
-    items: ScoresLike = scores if isinstance(scores, np.ndarray) else list(scores)  # type: ignore[arg-type,assignment]
-    exact = exact_scores(items)
-    if _integer_typed(items):
+    exact, integer_typed = _exact_and_integer_typed(scores)  # reads an iterator once
+    if integer_typed:
         return exact  # unit 1
     step = sensitivity / STEPS_PER_SENSITIVITY
     ratio = exact.unit / step  # exact rational: integer * ratio is the score in steps
@@ -193,15 +205,3 @@ def scores_in_public_steps(scores: ScoresLike, sensitivity: Fraction) -> ExactSc
             return ExactScores(ints * np.int64(numerator), step)
     on_grid = [(int(v) * numerator) // denominator for v in ints.tolist()]
     return _from_python_ints(on_grid, step)
-
-
-def _integer_typed(scores: ScoresLike) -> bool:
-    """Whether every score has an integer type: an integer numpy dtype, or integer objects.
-
-    By type, never by value: a Fraction or a float that equals an integer is not an integer
-    here. An object array of Python ints (a combiner's scores beyond int64) is.
-    """
-    if isinstance(scores, np.ndarray) and scores.dtype != object:
-        return scores.dtype.kind in "iu"
-    items = scores.tolist() if isinstance(scores, np.ndarray) else list(scores)  # type: ignore[arg-type]
-    return all(isinstance(v, Integral) and not isinstance(v, bool) for v in items)
