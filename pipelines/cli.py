@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 import logging
 import os
 import re
@@ -46,6 +47,23 @@ def configure_logging(*, exact_counts: bool, show_tracebacks: bool) -> None:
 
 
 _STAGE = re.compile(r"\[while running '([^']*)'\]")
+# Where our own code lives: beam_dp's package (where its errors module is) and the pipelines'.
+_OWN_CODE = tuple(
+    os.path.dirname(os.path.abspath(module)) + os.sep
+    for module in (inspect.getfile(BeamDPError), __file__)
+)
+
+
+def _raised_by_own_code(error: BaseException) -> bool:
+    """Whether ``error`` was raised in beam_dp or the pipelines (its innermost Python frame):
+    a library's ValueError (pyarrow, fastavro, Beam), whose text may quote a value it read, is
+    not, even when our code called it."""
+    trace = error.__traceback__
+    if trace is None:
+        return False
+    while trace.tb_next is not None:
+        trace = trace.tb_next
+    return os.path.abspath(trace.tb_frame.f_code.co_filename).startswith(_OWN_CODE)
 
 
 def failure_message(error: Exception) -> str:
@@ -54,8 +72,12 @@ def failure_message(error: Exception) -> str:
         # The library's hint names its parameter; a user of a job sets a flag or a config key.
         text = str(error).split(" [while running")[0]
         return _LIBRARY_SKIP_HINT.sub(lambda _: STATE.skip_hint, text)
-    if STATE.phase == "prepare" and isinstance(error, (ValueError, TypeError)):
-        return str(error)  # parameter validation: parameters are public
+    if (
+        STATE.phase == "prepare"
+        and isinstance(error, (ValueError, TypeError))
+        and _raised_by_own_code(error)
+    ):
+        return str(error)  # our parameter validation: its messages name public parameters
     if STATE.phase != "run" and isinstance(error, OSError) and error.strerror:
         # A path the job chose (config, candidates, output, temp location) and the OS's words.
         target = f" {error.filename!r}" if error.filename else ""

@@ -20,6 +20,9 @@ from export_helpers import write_export
 
 from beam_dp import telemetry
 from pipelines import best_price, election, job_run, quantiles, release, top_candidates
+from pipelines import cli as pipelines_cli
+from pipelines._state import STATE
+from pipelines.cli import failure_message
 from pipelines.common import check_pipeline_flags, cli, parse_args
 from pipelines.statistics import public_list, spec_from_config, statistic_keys
 
@@ -487,3 +490,32 @@ def test_release_documents_are_unchanged_by_the_checks(tmp_path: Path) -> None:
     document = release.run(["--config", str(path), "--output", str(tmp_path / "out")])
     assert json.loads((tmp_path / "out" / "release.json").read_text()) == document
     assert document["budget"]["epsilon_spent"] == pytest.approx(1.0)
+
+
+def _raised_in(filename: str, error: Exception) -> Exception:
+    """``error`` as raised by a function whose code lives in ``filename``."""
+    scope: dict[str, Any] = {"error": error}
+    exec(compile("def fail():\n    raise error\n", filename, "exec"), scope)
+    try:
+        scope["fail"]()
+    except Exception as raised:
+        return raised
+    raise AssertionError("unreachable")
+
+
+def test_only_our_own_parameter_errors_are_printed_while_a_job_is_prepared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # While a job is prepared (config, schema, candidates), our validation's ValueError names
+    # a public parameter and is printed; a library's ValueError may quote a value it read
+    # (pyarrow: "Could not convert '987654' ..."), so only its type is.
+    monkeypatch.setattr(STATE, "phase", "prepare")
+    ours = _raised_in(pipelines_cli.__file__, ValueError("'epsilon' must be > 0; received -1"))
+    assert failure_message(ours) == "'epsilon' must be > 0; received -1"
+    library = _raised_in(
+        str(Path(beam.__file__).parent / "io" / "fake.py"),
+        ValueError(f"Could not convert {SECRET!r} with type str"),
+    )
+    message = failure_message(library)
+    assert "987654" not in message and "Could not convert" not in message
+    assert message.startswith("the job failed while it was being prepared (ValueError)")
