@@ -16,7 +16,7 @@ import contextlib
 import importlib
 import os
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
@@ -383,8 +383,8 @@ def parse_args(
     :func:`beam_dp.telemetry.enable_exact_counts` (and is off otherwise).
     """
     parser.allow_abbrev = False
+    check_pipeline_flags(_unknown_words(parser, argv), parser)
     known, rest = parser.parse_known_args(argv)
-    check_pipeline_flags(rest, parser)
     exact_counts = bool(getattr(known, "log_exact_counts", False))
     show_tracebacks = bool(getattr(known, "show_tracebacks_unsafe", False))
     if exact_counts:
@@ -395,6 +395,21 @@ def parse_args(
         STATE.show_tracebacks = show_tracebacks
         configure_logging(exact_counts=exact_counts, show_tracebacks=show_tracebacks)
     return known, PipelineOptions(_default_flink_version(rest))
+
+
+def _unknown_words(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> list[str]:
+    """The words of ``argv`` that ``parser`` does not take, read before it checks that its
+    required flags are given: a misspelt required flag (``--inptu``) is then named as the
+    unknown flag it is, not reported as a missing ``--input``."""
+    required: list[Any] = [action for action in parser._actions if action.required]
+    required += [group for group in parser._mutually_exclusive_groups if group.required]
+    for item in required:
+        item.required = False
+    try:
+        return parser.parse_known_args(argv)[1]
+    finally:
+        for item in required:
+            item.required = True
 
 
 #: The Flink minor of the job server ``make engines`` builds (README, "On other runners").

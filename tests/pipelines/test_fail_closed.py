@@ -325,6 +325,14 @@ def test_unknown_flags_are_errors_before_anything_runs(
     assert expected in str(info.value)
 
 
+def test_a_misspelt_required_flag_is_named_as_unknown_not_as_missing() -> None:
+    with pytest.raises(ValueError) as info:
+        best_price.run(["--inptu", "export.csv"])
+    assert "unknown flag '--inptu'; did you mean '--input'?" in str(info.value)
+    with pytest.raises(SystemExit):  # still required when no word is misspelt
+        best_price.run(["--epsilon", "1"])
+
+
 def test_an_expanded_glob_is_an_error_asking_to_quote_it(tmp_path: Path) -> None:
     argv = _cli_argv(tmp_path, "--privacy_unit", "user_id")
     argv[2:2] = [str(tmp_path / "export-00001.csv"), str(tmp_path / "export-00002.csv")]
