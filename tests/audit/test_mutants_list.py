@@ -60,6 +60,14 @@ def test_the_list_covers_every_kind_of_privacy_critical_line() -> None:
     assert any(m.id == "pair-node-rate" for m in LISTED)
 
 
+def test_the_readme_table_names_every_listed_mutant() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("The list, by what each mutant breaks:") :]
+    table = table[: table.index("Why its own harness")]
+    missing = [m.id for m in LISTED if f"`{m.id}`" not in table]
+    assert not missing, f"add these mutants to README's table: {missing}"
+
+
 def _tree(tmp_path: Path) -> Path:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "rate.py").write_text("RATE = 1 / (2 * 3)\nOTHER = 2 * 3\n")
