@@ -52,6 +52,7 @@ from beam_dp.batching import (
     take,
 )
 from beam_dp.batching.columns import EncodeOptions, EncodeStats, encode_options, with_source
+from beam_dp.beam._calls import FlatMapFn
 from beam_dp.telemetry import exact_counts_enabled
 
 __all__ = [
@@ -703,7 +704,7 @@ class BoundContributions(beam.PTransform):
         if not windowed:
             return (
                 pcoll
-                | "SplitByUnitShard" >> beam.FlatMap(split_to_shards, self._num_shards)
+                | "SplitByUnitShard" >> beam.ParDo(FlatMapFn(split_to_shards, self._num_shards))
                 | "GroupUnits" >> beam.GroupByKey()
                 | "Bound" >> beam.ParDo(BoundShardFn(self._bounds, self._salt))
             )
@@ -714,13 +715,15 @@ class BoundContributions(beam.PTransform):
                 pcoll
                 | "TagWindow" >> beam.ParDo(TagWindowFn(coder))
                 | "OneWindowForTheState" >> beam.WindowInto(GlobalWindows())
-                | "SplitByUnitShard" >> beam.FlatMap(split_tagged_to_shards, self._num_shards)
+                | "SplitByUnitShard"
+                >> beam.ParDo(FlatMapFn(split_tagged_to_shards, self._num_shards))
                 | "AdmitWindows"
                 >> beam.ParDo(AdmitWindowsFn(self._max_windows)).with_input_types(
                     beam.typehints.Tuple[int, Any]  # an int key: a deterministic state key
                 )
                 | "RestoreWindows" >> RestoreWindows(windowfn)
-                | "SplitWindowByUnitShard" >> beam.FlatMap(split_to_shards, self._num_shards)
+                | "SplitWindowByUnitShard"
+                >> beam.ParDo(FlatMapFn(split_to_shards, self._num_shards))
                 | "GroupUnitsInWindow" >> beam.GroupByKey()
                 | "BoundInWindow" >> beam.ParDo(BoundShardFn(self._bounds, self._salt))
             )
@@ -728,7 +731,7 @@ class BoundContributions(beam.PTransform):
             pcoll
             | "TagWindow" >> beam.ParDo(TagWindowFn(coder))
             | "OneWindowForTheShuffle" >> beam.WindowInto(GlobalWindows())
-            | "SplitByUnitShard" >> beam.FlatMap(split_tagged_to_shards, self._num_shards)
+            | "SplitByUnitShard" >> beam.ParDo(FlatMapFn(split_tagged_to_shards, self._num_shards))
             | "GroupUnits" >> beam.GroupByKey()
             | "BoundWindows"
             >> beam.ParDo(BoundWindowsFn(self._bounds, self._salt, self._max_windows, coder))

@@ -35,6 +35,7 @@ from apache_beam.pvalue import PCollection
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 
 from beam_dp.batching import KEY, ColumnBatch, ContributionBounds, num_rows, take
+from beam_dp.beam._calls import FlatMapFn
 from beam_dp.beam._contributions import (
     BoundContributions,
     EncodeBatches,
@@ -230,7 +231,7 @@ class Wiring:
         num_keys = len(keys)
         num_shards = -(-num_keys // keys_per_shard)
         values, args = self._prepare(pcoll, by_key=False)
-        sharded = values | "SplitByShard" >> beam.FlatMap(split_by_shard, keys_per_shard)
+        sharded = values | "SplitByShard" >> beam.ParDo(FlatMapFn(split_by_shard, keys_per_shard))
         markers = self.markers(pcoll)
         every_shard = markers | "EveryShard" >> beam.FlatMap(_every_shard, num_shards)
         releases = (

@@ -45,6 +45,7 @@ from beam_dp._validation import check_positive_int, check_probability_open
 from beam_dp.accounting.kinds import ZCDP_RATE, privacy_kind
 from beam_dp.accounting.zcdp import epsilon_per_round_for_rho
 from beam_dp.batching import KEY, UNIT, VALUE, ColumnBatch, ContributionBounds, bound_rows, num_rows
+from beam_dp.beam._calls import MapFn, MapWithSideFn
 from beam_dp.beam._transform import (
     CommonOptions,
     GridLike,
@@ -819,16 +820,16 @@ def expand_auto_bound(
     keyed = wiring.keyed_input(pcoll)  # every window that releases has a marker
     choice = (
         keyed
-        | "RowsPerUnit" >> beam.Map(_histogram_of, auto.cap)
+        | "RowsPerUnit" >> beam.ParDo(MapFn(_histogram_of, auto.cap))
         | "MergeRowsPerUnit" >> beam.CombineGlobally(CountHistogramFn(auto.cap)).without_defaults()
         | "ChooseBound" >> beam.Map(_choose, auto, spec.rng)
     )
     salt = wiring.salt if wiring.salt is not None else secrets.randbits(64)
     releases = (
         keyed
-        | "ReboundToChoice" >> beam.Map(_rebound, AsSingleton(choice), salt)
+        | "ReboundToChoice" >> beam.ParDo(MapWithSideFn(_rebound, salt), AsSingleton(choice))
         | "MergePerKey" >> beam.CombinePerKey(merge)
-        | "Select" >> beam.Map(release, AsSingleton(choice), spec)
+        | "Select" >> beam.ParDo(MapWithSideFn(release, spec), AsSingleton(choice))
     )
     return wiring.label(releases)
 
@@ -867,7 +868,7 @@ def _expand_auto_keys(
     markers = wiring.markers(pcoll)  # for the choice and the releases
     choice = (
         (
-            batches | "KeysPerUnit" >> beam.Map(_keys_histogram_of, auto.cap),
+            batches | "KeysPerUnit" >> beam.ParDo(MapFn(_keys_histogram_of, auto.cap)),
             markers | "NoKeys" >> beam.Map(_no_keys, auto.cap),
         )
         | "WithEveryWindow" >> beam.Flatten()
@@ -875,13 +876,13 @@ def _expand_auto_keys(
         | "ChooseKeys" >> beam.Map(_choose, auto, spec.rng)
     )
     salt = wiring.salt if wiring.salt is not None else secrets.randbits(64)
-    rebounded = batches | "ReboundKeysToChoice" >> beam.Map(
-        _rebound_keys_to, AsSingleton(choice), salt
+    rebounded = batches | "ReboundKeysToChoice" >> beam.ParDo(
+        MapWithSideFn(_rebound_keys_to, salt), AsSingleton(choice)
     )
     releases = (
         wiring.keyed_batches(pcoll, rebounded, markers)
         | "MergePerKey" >> beam.CombinePerKey(merge)
-        | "Select" >> beam.Map(release_at_choice, AsSingleton(choice), spec)
+        | "Select" >> beam.ParDo(MapWithSideFn(release_at_choice, spec), AsSingleton(choice))
     )
     return wiring.label(releases)
 

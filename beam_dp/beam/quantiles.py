@@ -373,8 +373,14 @@ class BinFineFn(beam.DoFn):
         self._cache: dict[tuple[int, ...], Grid] = {}
 
     def process(
-        self, element: tuple[Any, Any], coarse: Mapping[Any, CellSelection]
+        self,
+        element: tuple[Any, Any],
+        coarse: Mapping[Any, CellSelection],
+        window: Any = beam.DoFn.WindowParam,
     ) -> Iterator[tuple[Any, FinePartial]]:
+        # Asking for the window (unused) keeps Beam from holding the batch after the call
+        # (beam_dp.beam._calls).
+        del window
         key, batch = element
         selection = coarse[key]
         grid = self._cache.get(selection.cells)
