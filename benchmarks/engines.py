@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +137,24 @@ def _descendants(roots: set[int]) -> set[int]:
     return found
 
 
+_ROLES = (
+    ("TaskManagerRunner", "TaskManager"),
+    ("StandaloneSessionClusterEntrypoint", "JobManager"),
+    ("job-server", "job server"),
+    ("SdkHarness", "SDK workers"),
+    ("worker_pool", "worker pool"),
+)
+
+
+def _role(pid: int) -> str:
+    """What a process is, from its command line (for the peak's breakdown)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "other"
+    return next((role for mark, role in _ROLES if mark in command), "other")
+
+
 class Sampler:
     """Samples ``/proc`` every 0.2 s: the process trees under ``roots`` (long-lived: a
     cluster) and under the job. Peak RSS is the largest sum over one sample; CPU is, summed
@@ -151,6 +169,7 @@ class Sampler:
         }
         self.last: dict[int, float] = {}
         self.peak_rss = 0
+        self.peak_roles: dict[str, tuple[int, int]] = {}  # role: (bytes, processes) at the peak
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -159,15 +178,23 @@ class Sampler:
         self._thread.start()
 
     def _run(self, job: int) -> None:
+        roles: dict[int, str] = {}
         while not self._stop.is_set():
             total = 0
+            by_role: dict[str, list[int]] = {}
             for pid in _descendants(self.roots | {job}):
                 stat = _stat(pid)
                 if stat is None:
                     continue
                 self.last[pid] = stat[1]
-                total += _rss(pid)
-            self.peak_rss = max(self.peak_rss, total)
+                rss = _rss(pid)
+                total += rss
+                if pid not in roles:
+                    roles[pid] = "the job" if pid == job else _role(pid)
+                by_role.setdefault(roles[pid], []).append(rss)
+            if total > self.peak_rss:
+                self.peak_rss = total
+                self.peak_roles = {role: (sum(v), len(v)) for role, v in by_role.items()}
             self._stop.wait(0.2)
 
     def stop(self) -> float:
@@ -198,6 +225,7 @@ class Result:
     cpu: float
     peak_rss: int
     failed: str = ""
+    peak_roles: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def run_job(
@@ -234,7 +262,7 @@ def run_job(
             )
             tail = text.strip().splitlines()[-1:]
             failed = f"exit {code}: {tail}"
-    return Result(runner, rows, wall, cpu, sampler.peak_rss, failed)
+    return Result(runner, rows, wall, cpu, sampler.peak_rss, failed, dict(sampler.peak_roles))
 
 
 def _parallelism(text: str) -> int | str:
@@ -360,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 result = run_job(runner, rows, command, roots, args.timeout)
                 results.append(result)
                 print(f"  {format_row(result)}", flush=True)
+                print(f"  at the peak: {format_roles(result)}", flush=True)
             if pool is not None:
                 pool.stop()
             if server is not None:
@@ -389,6 +418,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for result in results:
         print(format_row(result))
+    print()
+    print("At each run's peak, by process (MB, and how many):")
+    for result in results:
+        print(f"- {result.runner} {result.rows:,}: {format_roles(result)}")
 
 
 def format_row(result: Result) -> str:
@@ -399,6 +432,11 @@ def format_row(result: Result) -> str:
         f"| {result.runner} | {result.rows:,} | {result.wall:.1f} | {result.cpu:.1f} | "
         f"{rate / 1e3:,.0f}k | {result.peak_rss / 2**20:,.0f} |"
     )
+
+
+def format_roles(result: Result) -> str:
+    roles = sorted(result.peak_roles.items(), key=lambda item: -item[1][0])
+    return ", ".join(f"{role} {size / 2**20:,.0f} ({count})" for role, (size, count) in roles)
 
 
 def commit() -> str:
