@@ -11,7 +11,9 @@ for a 10^6-row Parquet batch, 12 MB for a bounding shard at 10^8 rows): issue 25
 These steps run through the simple invoker (their parameters are attributes, not extra
 arguments), or, with a side input, ask for the window, which makes Beam build each call's
 arguments afresh; nothing of an element outlives its call. Same results as ``beam.Map`` and
-``beam.FlatMap``; elements typed ``Any``, as Beam infers for those.
+``beam.FlatMap``; elements typed ``Any``, as Beam infers for those. The layer's own DoFns
+with a side input over large elements (``BinFineFn``, ``EncodeWithSideCandidatesFn``,
+``ReleaseBatchFn``, ``ReleaseShardFn``) ask for the window in the same way.
 """
 
 from __future__ import annotations

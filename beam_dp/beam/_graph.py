@@ -474,8 +474,14 @@ class ReleaseBatchFn(beam.DoFn):
         self._fn = combine_fn
 
     def process(
-        self, batch: Sequence[tuple[int, Any]], candidates: Any = None
+        self,
+        batch: Sequence[tuple[int, Any]],
+        candidates: Any = None,
+        window: Any = beam.DoFn.WindowParam,
     ) -> Iterator[tuple[int, list[Release]]]:
+        # Asking for the window (unused) keeps Beam from holding the element after the call
+        # (beam_dp.beam._calls).
+        del window
         # ``candidates``: the one side input a wiring may have (``side_candidates``); a
         # named parameter, as Beam reads ``*args: Any`` as a type hint on the side inputs.
         args = () if candidates is None else (candidates,)
@@ -494,8 +500,14 @@ class ReleaseShardFn(beam.DoFn):
         self._num_keys = num_keys
 
     def process(
-        self, element: tuple[int, Sequence[Any]], candidates: Any = None
+        self,
+        element: tuple[int, Sequence[Any]],
+        candidates: Any = None,
+        window: Any = beam.DoFn.WindowParam,
     ) -> Iterator[tuple[int, list[Release]]]:
+        # Asking for the window (unused) keeps Beam from holding the element after the call
+        # (beam_dp.beam._calls).
+        del window
         # ``candidates``: as in ReleaseBatchFn (a named parameter, not ``*args``).
         args = () if candidates is None else (candidates,)
         shard, accumulators = element

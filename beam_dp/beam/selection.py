@@ -901,7 +901,12 @@ class EncodeWithSideCandidatesFn(beam.DoFn):
         self._source: Any = None
         self._index: PublicIndex | None = None
 
-    def process(self, element: Any, candidates: Sequence[Any]) -> Iterator[ColumnBatch]:
+    def process(
+        self, element: Any, candidates: Sequence[Any], window: Any = beam.DoFn.WindowParam
+    ) -> Iterator[ColumnBatch]:
+        # Asking for the window (unused) keeps Beam from holding the element after the call
+        # (beam_dp.beam._calls).
+        del window
         batch, options = with_source(element, self._options)
         if is_heartbeat(batch):
             return
