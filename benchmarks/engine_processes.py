@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,14 @@ class JobServer:
     ``SparkRunner``) is still the one under test, only its job server is not started per job.
     """
 
-    def __init__(self, engine: str, master: str, workdir: Path, java: str) -> None:
+    def __init__(
+        self,
+        engine: str,
+        master: str,
+        workdir: Path,
+        java: str,
+        jvm_options: Sequence[str] = (),
+    ) -> None:
         jar = job_server_jar(engine)
         assert jar is not None
         self.port = free_port()
@@ -118,6 +126,7 @@ class JobServer:
         command = [
             str(Path(java) / "bin" / "java"),
             *(SPARK_JVM_FLAGS if engine == "spark" else []),
+            *jvm_options,
             "-jar", str(jar),
             master_flag, master,
             "--job-host", "127.0.0.1",
