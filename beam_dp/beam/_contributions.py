@@ -29,8 +29,15 @@ import numpy.typing as npt
 from apache_beam.coders import Coder, PickleCoder
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PCollection
+from apache_beam.runners.portability.flink_runner import FlinkRunner
 from apache_beam.runners.portability.portable_runner import PortableRunner
-from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
 from apache_beam.transforms.window import (
     BoundedWindow,
     FixedWindows,
@@ -193,6 +200,88 @@ class BoundShardFn(beam.DoFn):
         self._counts.record(kept, num_rows(rows))
         if kept:
             yield bounded
+
+
+_SHARD_PIECES = BagStateSpec("shard_pieces", PickleCoder())
+_SHARD_COMPLETE = TimerSpec("shard_complete", TimeDomain.WATERMARK)
+_SHARD_PIECES_STATE = beam.DoFn.StateParam(_SHARD_PIECES)
+_SHARD_COMPLETE_TIMER = beam.DoFn.TimerParam(_SHARD_COMPLETE)
+
+
+class BoundShardWithStateFn(beam.DoFn):
+    """Gather one shard's rows in state, then bound them with :func:`bound_rows` at once.
+
+    Input: ``(shard, sub-batch)`` in the global window of bounded input. The runner keeps each
+    shard's sub-batches in that shard's state; the watermark timer fires once the input has
+    ended, so every row of the shard's units reaches one :func:`bound_rows` call, as after a
+    ``GroupByKey`` (:class:`BoundShardFn`).
+
+    Why: Flink's batch runner hands a grouped stage's whole share of the input to the SDK
+    worker as one bundle and keeps that bundle's output on the TaskManager's heap until the
+    bundle ends, while a keyed stage with state runs one bundle per key: here, one shard
+    (``benchmarks/SCALE.md``).
+    """
+
+    def __init__(self, bounds: ContributionBounds, salt: int):
+        super().__init__()
+        self._bounds = bounds
+        self._salt = salt
+        self._counts = BoundingCounts()
+
+    def process(
+        self,
+        element: tuple[int, ColumnBatch],
+        pieces: Any = _SHARD_PIECES_STATE,
+        complete: Any = _SHARD_COMPLETE_TIMER,
+        window: Any = beam.DoFn.WindowParam,
+    ) -> None:
+        pieces.add(element[1])
+        complete.set(window.max_timestamp())
+
+    @on_timer(_SHARD_COMPLETE)
+    def bound_shard(self, pieces: Any = _SHARD_PIECES_STATE) -> Iterator[ColumnBatch]:
+        rows = concat_batches(list(pieces.read()))
+        pieces.clear()
+        bounded = bound_rows(rows, self._bounds, self._salt)
+        kept = num_rows(bounded)
+        self._counts.record(kept, num_rows(rows))
+        if kept:
+            yield from split_between_units(bounded, PIECE_ROWS)
+
+
+#: Rows per batch out of :class:`BoundShardWithStateFn` (about 1 MB of units and values).
+PIECE_ROWS = 1 << 16
+
+
+def split_between_units(batch: ColumnBatch, max_rows: int) -> Iterator[ColumnBatch]:
+    """``batch`` in pieces of about ``max_rows`` rows, cut only between units: every unit's
+    rows stay in one piece (a piece exceeds ``max_rows`` only by the rows of the unit it
+    ends with), as the steps after bounding require.
+
+    Why: a runner's messages carry whole elements, and Beam's Java runners write up to 100
+    messages to an SDK worker before they check that it reads them, so an element of a whole
+    shard (~12 MB) lets a TaskManager buffer over a GB for one stage (``benchmarks/SCALE.md``).
+    """
+    rows = num_rows(batch)
+    if rows <= max_rows:
+        yield batch
+        return
+    order = np.argsort(batch[UNIT], kind="stable")  # bounded rows are usually in unit order
+    units = batch[UNIT][order]
+    starts = np.flatnonzero(np.diff(units)) + 1  # where a new unit begins
+    first = 0
+    while first < rows:
+        # the first unit start at or after first + max_rows (or the end)
+        at = int(np.searchsorted(starts, first + max_rows))
+        last = int(starts[at]) if at < starts.size else rows
+        yield take(batch, order[first:last])
+        first = last
+
+
+def groups_with_state(pipeline: beam.Pipeline) -> bool:
+    """Whether bounded input is grouped by keyed state rather than by a ``GroupByKey``:
+    on Flink (see :class:`BoundShardWithStateFn`)."""
+    return isinstance(getattr(pipeline, "runner", None), FlinkRunner)
 
 
 # -------------------------------------------------------------------------- which windowings
@@ -701,6 +790,18 @@ class BoundContributions(beam.PTransform):
 
     def expand(self, pcoll: PCollection) -> PCollection:
         windowed = check_windowing(pcoll, unit_level=True, max_windows_per_unit=self._max_windows)
+        if not windowed and pcoll.is_bounded and groups_with_state(pcoll.pipeline):
+            return (
+                pcoll
+                | "SplitByUnitShard"
+                >> beam.ParDo(FlatMapFn(split_to_shards, self._num_shards)).with_output_types(
+                    beam.typehints.Tuple[int, Any]
+                )
+                | "GroupAndBound"
+                >> beam.ParDo(BoundShardWithStateFn(self._bounds, self._salt)).with_input_types(
+                    beam.typehints.Tuple[int, Any]  # an int key: a deterministic state key
+                )
+            )
         if not windowed:
             return (
                 pcoll

@@ -65,9 +65,12 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.coders import VarIntCoder
 from apache_beam.io import fileio
 from apache_beam.metrics.metric import Metrics
 from apache_beam.pvalue import PBegin, PCollection
+from apache_beam.runners.portability.flink_runner import FlinkRunner
+from apache_beam.transforms.userstate import BagStateSpec
 
 from beam_dp import telemetry
 from beam_dp.batching.columns import OnBadRecord
@@ -387,6 +390,59 @@ def avro_ranges(metadata: Any, split_bytes: int) -> Iterator[tuple[Any, int, int
         yield metadata, start, min(start + split_bytes, size)
 
 
+def reads_by_file_key(pipeline: beam.Pipeline) -> bool:
+    """Whether a bounded export is read as a keyed step, one bundle per file: on Flink
+    (:class:`_ReadKeyedFileFn`)."""
+    return isinstance(getattr(pipeline, "runner", None), FlinkRunner)
+
+
+def _keyed_by_source(source: Any) -> tuple[str, Any]:
+    """``(key, source)`` for a file's metadata or an Avro range ``(metadata, start, end)``."""
+    if isinstance(source, tuple):
+        return f"{source[0].path}@{source[1]}", source
+    return str(source.path), source
+
+
+#: Never written: its presence makes the read a keyed stage with state (_ReadKeyedFileFn).
+_BY_FILE = BagStateSpec("by_file", VarIntCoder())
+_BY_FILE_STATE = beam.DoFn.StateParam(_BY_FILE)
+
+
+class _ReadKeyedFileFn(beam.DoFn):
+    """Read one ``(key, file metadata or Avro range)`` with ``read_fn``: a keyed step with
+    (unused) state.
+
+    Flink's batch runner hands a stage's whole share of the input to the SDK worker as one
+    bundle and keeps that bundle's output on the TaskManager's heap until the bundle ends; a
+    keyed stage with state runs one bundle per key instead, so it holds one file's batches at a
+    time, whatever the export's size (``benchmarks/SCALE.md``). The state is never read or
+    written.
+    """
+
+    def __init__(self, read_fn: _ReadFileFn) -> None:
+        super().__init__()
+        self._read_fn = read_fn
+
+    def setup(self) -> None:
+        self._read_fn.setup()
+
+    def start_bundle(self) -> None:
+        self._read_fn.start_bundle()
+
+    def finish_bundle(self) -> None:
+        self._read_fn.finish_bundle()
+
+    def teardown(self) -> None:
+        self._read_fn.teardown()
+
+    def process(self, element: tuple[str, Any], by_file: Any = _BY_FILE_STATE) -> Iterator[Any]:
+        del by_file
+        source = element[1]
+        yield from self._read_fn.process(
+            source if isinstance(source, tuple) else fileio.ReadableFile(source)
+        )
+
+
 class ReadExport(beam.PTransform):
     """Read an export (a file pattern) as ``(file name, RecordBatch)`` pairs.
 
@@ -532,20 +588,20 @@ class ReadExport(beam.PTransform):
                 **({} if until is None else {"stop_timestamp": float(until)}),
             )
             files = pbegin | "WatchFiles" >> watch
+        sources = files
         if self._format == "avro":
-            inputs = (
-                files
-                | "SplitAvro" >> beam.FlatMap(avro_ranges, self._split_bytes)
-                # spread the ranges over workers (matching runs on one)
-                | "SpreadFiles" >> beam.Reshuffle()
-            )
-        else:
-            inputs = (
-                files
-                # spread the files over workers (matching runs on one)
-                | "SpreadFiles" >> beam.Reshuffle()
-                | "ReadMatches" >> fileio.ReadMatches()
-            )
+            sources = files | "SplitAvro" >> beam.FlatMap(avro_ranges, self._split_bytes)
+        if interval is None and reads_by_file_key(pbegin.pipeline):
+            # One bundle per file (per Avro range) on Flink's batch runner: _ReadKeyedFileFn.
+            keyed = sources | "KeyBySource" >> beam.Map(_keyed_by_source)
+            decoded_by_source: PCollection = keyed | "Decode" >> beam.ParDo(
+                _ReadKeyedFileFn(self._read_fn)
+            ).with_input_types(beam.typehints.Tuple[str, Any])
+            return decoded_by_source
+        # spread the files (ranges) over workers: matching runs on one
+        inputs = sources | "SpreadFiles" >> beam.Reshuffle()
+        if self._format != "avro":
+            inputs = inputs | "ReadMatches" >> fileio.ReadMatches()
         decoded: PCollection = inputs | "Decode" >> beam.ParDo(self._read_fn)
         return decoded
 
