@@ -71,8 +71,10 @@ DATA_DIR = REPO / "benchmarks" / "data"
 FILE_ROWS = 1 << 22
 ROW_GROUP = 1 << 20
 RUNNERS = ("direct", "dask", "spark", "flink")
+#: The Flink jobs' defaults: one instance per slot of the benchmark's cluster, blocking exchanges
+#: (the configuration whose peak memory is flat in rows: benchmarks/SCALE.md, "Keyed stages").
 FLINK_PARALLELISM = 2
-FLINK_EXECUTION_MODE = ""
+FLINK_EXECUTION_MODE = "BATCH_FORCED"
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
