@@ -266,7 +266,7 @@ def split_between_units(batch: ColumnBatch, max_rows: int) -> Iterator[ColumnBat
     if rows <= max_rows:
         yield batch
         return
-    order = np.argsort(batch[UNIT], kind="stable")  # bounded rows are usually in unit order
+    order = np.argsort(batch[UNIT], kind="stable")
     units = batch[UNIT][order]
     starts = np.flatnonzero(np.diff(units)) + 1  # where a new unit begins
     first = 0
@@ -753,6 +753,10 @@ class BoundContributions(beam.PTransform):
             never released.
         max_windows_per_unit: on windowed input, the windows a unit keeps rows in (default
             1); must be 1 on input in the global window.
+
+    On FlinkRunner, bounded input in the global window meets in keyed state instead of a
+    ``GroupByKey`` (:class:`BoundShardWithStateFn`: one bundle per shard on Flink's batch
+    runner), with the same rows kept.
 
     Output: column batches in which every unit's rows of one window are together and within
     ``bounds``, in the input's windows; on windowed input each unit keeps the rows of at most
