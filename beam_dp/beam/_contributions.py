@@ -208,13 +208,13 @@ _SHARD_PIECES_STATE = beam.DoFn.StateParam(_SHARD_PIECES)
 _SHARD_COMPLETE_TIMER = beam.DoFn.TimerParam(_SHARD_COMPLETE)
 
 
-class BoundShardWithStateFn(beam.DoFn):
-    """Gather one shard's rows in state, then bound them with :func:`bound_rows` at once.
+class BoundShardWithStateFn(BoundShardFn):
+    """Gather one shard's rows in state, then bound them as :class:`BoundShardFn` does.
 
     Input: ``(shard, sub-batch)`` in the global window of bounded input. The runner keeps each
     shard's sub-batches in that shard's state; the watermark timer fires once the input has
     ended, so every row of the shard's units reaches one :func:`bound_rows` call, as after a
-    ``GroupByKey`` (:class:`BoundShardFn`).
+    ``GroupByKey``.
 
     Why: Flink's batch runner hands a grouped stage's whole share of the input to the SDK
     worker as one bundle and keeps that bundle's output on the TaskManager's heap until the
@@ -222,13 +222,7 @@ class BoundShardWithStateFn(beam.DoFn):
     (``benchmarks/SCALE.md``).
     """
 
-    def __init__(self, bounds: ContributionBounds, salt: int):
-        super().__init__()
-        self._bounds = bounds
-        self._salt = salt
-        self._counts = BoundingCounts()
-
-    def process(
+    def process(  # type: ignore[override]
         self,
         element: tuple[int, ColumnBatch],
         pieces: Any = _SHARD_PIECES_STATE,
@@ -240,12 +234,9 @@ class BoundShardWithStateFn(beam.DoFn):
 
     @on_timer(_SHARD_COMPLETE)
     def bound_shard(self, pieces: Any = _SHARD_PIECES_STATE) -> Iterator[ColumnBatch]:
-        rows = concat_batches(list(pieces.read()))
+        shard_rows = list(pieces.read())
         pieces.clear()
-        bounded = bound_rows(rows, self._bounds, self._salt)
-        kept = num_rows(bounded)
-        self._counts.record(kept, num_rows(rows))
-        if kept:
+        for bounded in BoundShardFn.process(self, (0, shard_rows)):
             yield from split_between_units(bounded, PIECE_ROWS)
 
 
