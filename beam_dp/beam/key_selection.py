@@ -61,6 +61,7 @@ from beam_dp.beam._transform import (
 from beam_dp.errors import BadRecordError, data_error
 from beam_dp.mechanisms import RandomSource
 from beam_dp.mechanisms.partition_selection import (
+    DEFAULT_MAX_LABELS,
     check_key_selection,
     key_selection_threshold,
     select_keys,
@@ -105,6 +106,7 @@ SelectCandidatesOptions = TypedDict(  # noqa: UP013 (Required read at run time)
         "bound_share": float | Fraction | None,
         "bound_cap": int | None,
         "bound_alpha": float | Fraction | None,
+        "max_labels": int,
         "confidence": float,
         "num_shards": int,
         "salt": int | None,
@@ -139,6 +141,11 @@ class KeySelection:
             two parts of ε (``epsilon_bound_choice``, ``epsilon_statistic``).
         name: release name (default ``"candidate_selection"``; a share's name otherwise).
         bound_share, bound_cap, bound_alpha: the choice's parameters (only with ``"auto"``).
+        max_labels: the public number of labels whose noise is always drawn (default 65 536):
+            the selection's work is padded to it, so that its running time does not follow
+            the private number of distinct labels; past it the work grows by whole blocks
+            of this size (:func:`~beam_dp.mechanisms.partition_selection.select_keys`,
+            ``docs/timing.md``). It changes no release: set it above the labels expected.
 
     Privacy:
         (epsilon, delta)-DP under add/remove. Composed with the selection that follows by basic
@@ -155,10 +162,12 @@ class KeySelection:
     bound_share: float | Fraction | None = None
     bound_cap: int | None = None
     bound_alpha: float | Fraction | None = None
+    max_labels: int = DEFAULT_MAX_LABELS
 
     def __post_init__(self) -> None:
         self.resolve()
         self.auto()
+        check_positive_int(self.max_labels, "max_labels")
 
     def auto(self) -> AutoBound | None:
         """The validated ``max_candidates_per_unit="auto"`` parameters, or None.
@@ -257,6 +266,7 @@ class KeySelection:
                 confidence=confidence,
                 rng=rng,
                 max_windows_per_unit=windows_per_unit,
+                max_labels=self.max_labels,
             )
         if record_level:
             raise ValueError(
@@ -275,6 +285,7 @@ class KeySelection:
             window_epsilon=one.epsilon,
             choice_epsilon=floor_float(choice),
             cap=auto.candidates[-1],
+            max_labels=self.max_labels,
         )
 
     def choice(self, spec: KeySelectionSpec) -> AutoBoundSpec | None:
@@ -317,6 +328,8 @@ class KeySelectionSpec:
     window_epsilon: float | None = None
     choice_epsilon: float | None = None
     cap: int | None = None
+    #: The public number of labels the selection's work is padded to (:class:`KeySelection`).
+    max_labels: int = DEFAULT_MAX_LABELS
 
     def at_bound(self, bound: int) -> KeySelectionSpec:
         """This spec at a privately chosen ``max_candidates_per_unit``."""
@@ -620,6 +633,7 @@ class KeySelectionFn(beam.CombineFn):
             epsilon=spec.epsilon,
             delta=spec.delta,
             max_keys_per_unit=spec.max_candidates_per_unit,
+            max_labels=spec.max_labels,
             rng=spec.rng,
         )
         order = sorted(np.flatnonzero(keep).tolist(), key=lambda i: labels[i])
@@ -759,7 +773,7 @@ class SelectCandidates:
                 own unit and holds one label).
             epsilon: a float, or a ``BudgetShare`` of mechanism ``"partition_selection"``.
             delta: > 0 (required); taken from the share when one is given.
-            max_candidates_per_unit, bound_share, bound_cap, bound_alpha: as in
+            max_candidates_per_unit, bound_share, bound_cap, bound_alpha, max_labels: as in
                 :class:`KeySelection`.
             name: release name (default ``"candidate_selection"``).
             **options: the other options of every transform
@@ -791,6 +805,7 @@ def _select_candidates(
         bound_share=own.get("bound_share"),
         bound_cap=own.get("bound_cap"),
         bound_alpha=own.get("bound_alpha"),
+        max_labels=own.get("max_labels", DEFAULT_MAX_LABELS),
     )
     wiring, spec = key_selection_wiring(
         selection,

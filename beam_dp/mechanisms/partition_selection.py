@@ -50,9 +50,11 @@ from beam_dp.mechanisms.bernoulli import geometric_exp
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
 
 __all__ = [
+    "DEFAULT_MAX_LABELS",
     "check_key_selection",
     "discrete_laplace",
     "key_selection_threshold",
+    "padded_labels",
     "release_probability",
     "select_keys",
     "sure_release_count",
@@ -170,12 +172,26 @@ def sure_release_count(
     return count
 
 
+#: The public number of labels whose noise :func:`select_keys` always draws (its padding).
+DEFAULT_MAX_LABELS = 1 << 16
+
+
+def padded_labels(labels: int, max_labels: int) -> int:
+    """The number of noise draws for ``labels`` labels: whole blocks of ``max_labels``, >= 1.
+
+    ``max_labels`` when ``labels <= max_labels`` (a public number, whatever the data hold);
+    beyond it, the next multiple of ``max_labels`` (the rule of :func:`select_keys`).
+    """
+    return max_labels * max(1, -(-labels // max_labels))
+
+
 def select_keys(
     counts: npt.ArrayLike,
     *,
     epsilon: float | Fraction,
     delta: float,
     max_keys_per_unit: int,
+    max_labels: int = DEFAULT_MAX_LABELS,
     rng: RandomSource | np.random.Generator | None = None,
 ) -> npt.NDArray[np.bool_]:
     """Decide, for each label present in the data, whether it is released.
@@ -186,6 +202,9 @@ def select_keys(
         epsilon: > 0 and finite.
         delta: in (0, 1): bounds the probability that labels held by one unit appear.
         max_keys_per_unit: the bound on distinct labels per unit that the pipeline enforced.
+        max_labels: the public number of labels the work is padded to (default
+            :data:`DEFAULT_MAX_LABELS`, 65 536); set it above the distinct labels expected.
+            It changes no release, only the work (see Timing).
         rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
 
     Returns:
@@ -194,12 +213,39 @@ def select_keys(
     Privacy:
         (epsilon, delta)-DP under add/remove of one privacy unit (see the module docstring).
         Only the set of released labels may be published, never the noisy counts.
+
+    Timing (``docs/timing.md``):
+        The number of labels present, ``L``, is private (one unit adds up to
+        ``max_keys_per_unit`` of them), so the work must not follow it. The noise is drawn
+        for ``padded_labels(L, max_labels)`` lanes, ``max_labels`` whenever
+        ``L <= max_labels``: label ``i`` is decided by lane ``i``, the other lanes are drawn
+        and compared like the rest (against a count of 1) and discarded. The lanes are
+        independent with one law (every loop of :func:`discrete_laplace` redraws lanes
+        independently of the others' values), so the first ``L`` of them have the law of
+        ``L`` independent draws: each label is released with probability
+        ``P(n_l + Z >= T)``, independently, exactly as without padding. Every request for
+        random bits, and every pass of every loop, is then a function of ``max_labels``,
+        ``epsilon`` and ``max_keys_per_unit`` and of bits already drawn (not of the counts,
+        which are read only by the final comparison).
+
+        Past the bound the rule is: whole further blocks of ``max_labels`` lanes, never a
+        truncation. Which labels to drop past a bound would depend on the others present
+        (a unit's new labels could push out a label that many units hold, and the release
+        would lose it with certainty: no (ε, δ) covers that), and failing would publish
+        ``L > max_labels`` as surely; a further block keeps the release law and makes the
+        work reveal ``ceil(L / max_labels)`` alone, which a unit can move only where ``L``
+        lies within ``max_keys_per_unit`` of a multiple of ``max_labels``.
     """
     check_key_selection(epsilon, delta, max_keys_per_unit)
+    check_positive_int(max_labels, "max_labels")
     values = np.asarray(counts, dtype=np.int64).ravel()
     if values.size and int(values.min()) < 1:
         raise ValueError("'counts' must be >= 1: only labels present in the data are passed")
     threshold = key_selection_threshold(epsilon, delta, max_keys_per_unit)
-    noise = discrete_laplace(_scale(epsilon, max_keys_per_unit), values.size, rng)
-    released: npt.NDArray[np.bool_] = (values + noise) >= threshold
+    lanes = padded_labels(values.size, max_labels)
+    padded = np.ones(lanes, dtype=np.int64)  # the padding lanes: a count of 1, discarded
+    padded[: values.size] = values
+    noise = discrete_laplace(_scale(epsilon, max_keys_per_unit), lanes, rng)
+    decided: npt.NDArray[np.bool_] = (padded + noise) >= threshold
+    released: npt.NDArray[np.bool_] = decided[: values.size]
     return released

@@ -9,9 +9,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from draw_helpers import ReadLog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stats_helpers import FPR, chi_square_pvalue, clopper_pearson
 
-from beam_dp.mechanisms import InsecureSeededRandom
+from beam_dp.mechanisms import InsecureSeededRandom, partition_selection
 from beam_dp.mechanisms.partition_selection import (
     NO_DELTA_HINT,
     check_key_selection,
@@ -142,3 +145,84 @@ def test_no_delta_is_an_error_that_explains_why(delta: float | None) -> None:
 def test_bad_parameters_are_named(epsilon: float, delta: float, per_unit: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         check_key_selection(epsilon, delta, per_unit)
+
+
+# ------------------------------------------------------------------ the work (docs/timing.md)
+
+# Issue 36: 10 labels against the same plus one person naming 1 000 new labels (each held by
+# that person alone). The old code drew one noise per label present: 55-57x the random bytes.
+FEW_LABELS = np.array([40, 3, 17, 1, 8, 250, 2, 60, 5, 9], dtype=np.int64)
+ONE_PERSON_MORE = np.concatenate([FEW_LABELS, np.ones(1_000, dtype=np.int64)])
+WORK_OPTIONS = {"epsilon": 1.0, "delta": 1e-6, "max_keys_per_unit": 1_024}
+
+
+def _work_of(counts: np.ndarray, seed: int, **options: object) -> tuple[list[int], list[int]]:
+    """(every read of random bytes, the size of every pass of the noise's loop) of one call."""
+    passes: list[int] = []
+    original = partition_selection.geometric_exp
+
+    def counted(rate: Fraction, n: int, source: object) -> np.ndarray:
+        passes.append(int(n))
+        return original(rate, n, source)  # type: ignore[arg-type]
+
+    source = ReadLog(seed)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(partition_selection, "geometric_exp", counted)
+        select_keys(counts, rng=source, **{**WORK_OPTIONS, **options})  # type: ignore[arg-type]
+    return source.reads, passes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_select_keys_does_the_same_work_with_a_thousand_more_labels(seed: int) -> None:
+    reads, passes = _work_of(FEW_LABELS, seed)
+    more_reads, more_passes = _work_of(ONE_PERSON_MORE, seed)
+    assert reads and passes  # the counters see the work
+    assert sum(reads) == sum(more_reads)  # random bytes drawn
+    assert len(passes) == len(more_passes)  # iterations of the noise's loop
+    assert (reads, passes) == (more_reads, more_passes)  # every read and pass, in order
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    counts=st.lists(st.integers(1, 60), max_size=40),
+    person=st.lists(st.integers(0, 50), max_size=8, unique=True),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_select_keys_does_the_same_work_on_random_neighbours(
+    counts: list[int], person: list[int], seed: int
+) -> None:
+    # Add/remove one unit holding at most 8 labels: +1 on the labels it names that exist,
+    # a new label of count 1 for each it names beyond them.
+    neighbour = list(counts)
+    for label in person:
+        if label < len(neighbour):
+            neighbour[label] += 1
+        else:
+            neighbour.append(1)
+    small = {"max_labels": 64, "max_keys_per_unit": 8}
+    first = _work_of(np.array(counts, dtype=np.int64), seed, **small)
+    second = _work_of(np.array(neighbour, dtype=np.int64), seed, **small)
+    assert first == second
+
+
+def test_labels_beyond_max_labels_take_whole_blocks() -> None:
+    # The stated rule past the public bound: a further padded block, never a draw per label.
+    _, passes = _work_of(np.ones(5, dtype=np.int64), 0, max_labels=16)
+    _, one_more = _work_of(np.ones(17, dtype=np.int64), 0, max_labels=16)
+    assert passes[0] == 16 and one_more[0] == 32
+    with pytest.raises(ValueError, match="'max_labels'"):
+        select_keys(FEW_LABELS, max_labels=0, **WORK_OPTIONS)  # type: ignore[arg-type]
+
+
+def test_padding_keeps_each_labels_release_law() -> None:
+    # The labels' decisions use the first lanes of the padded noise, independent lanes of the
+    # same law: the release frequencies match the exact probabilities, padded or not.
+    counts = np.repeat(np.array([1, 6, 9, 12], dtype=np.int64), 5_000)
+    options = {"epsilon": 1.0, "delta": 0.05, "max_keys_per_unit": 2}
+    for max_labels in (7, 1 << 16):
+        kept = select_keys(counts, max_labels=max_labels, rng=_seeded(max_labels), **options)
+        for count in (1, 6, 9, 12):
+            where = counts == count
+            exact = release_probability(count, 1.0, 0.05, 2)
+            low, high = clopper_pearson(int(kept[where].sum()), int(where.sum()), FPR)
+            assert low <= exact <= high, (max_labels, count)
