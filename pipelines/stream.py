@@ -34,12 +34,36 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
 * **Outputs that grow**: ``release.json`` (every window so far, with the windows without
   budget), ``releases.jsonl`` (one line per release), ``release.avro`` and ``report.html``,
   rewritten through Beam's filesystems after each window.
-* **Restarts.** ``--state`` remembers the job (its config and flags), the windows granted and
-  published. A job started again on the same ``--state`` goes on only if no window was
-  published yet (its granted windows are reused, never charged twice); once a window was
-  published it is refused: the runners here cannot restore the per-person window state
-  through Beam's Python SDK, and a restart without it would give every person fresh windows.
-  Start a new job with a new ``--state`` instead: its windows are charged anew.
+* **Restarts.** ``--state`` remembers the job (its config and flags), each run of it on this
+  state (``attempts/<n>.json``: the windows each person may be in during that run) and each
+  window: granted (to which run, with which ledger run), refused, published, failed or
+  abandoned. Each run's pipeline commits its windows' releases under ``scratch/<run>/`` and
+  admits records only into the windows granted to that run. A job started again on the same
+  ``--state`` (after a stop, a crash or a SIGKILL at any point) first settles what earlier
+  runs left, in this order:
+
+  - a window is **used** if its releases may exist: published, failed its check, committed
+    to its run's scratch location, or its ledger run committed. A used window not yet
+    published is published now, once (its ledger run committed unless it already is), and
+    the outputs are rewritten from every published window's committed releases, so a kill
+    between the ledger's commit, the "published" record and the outputs loses nothing and
+    repeats nothing;
+  - every other window granted to an earlier run is taken from it: whatever that run's
+    pipeline writes for it later (a Flink job may outlive its driver) is never read. It is
+    granted again to the new run (its ledger run reused, never charged twice) if it can
+    still admit records and the new run may grant it; otherwise it is abandoned (its ledger
+    run too: it stays charged);
+  - each person is counted in every used window of an earlier run, up to that run's own
+    per-person bound (``used = Σ over runs of min(bound, used windows)``). The new run's
+    bound is ``max_windows_per_unit - used``: with nothing used, the job's bound (a person
+    in that many windows); with some used, the new run grants at most that many windows in
+    all (so no person can be in more, whatever the data), then stops; with nothing left, the
+    job publishes what was pending and refuses to admit records (start a new job with a new
+    ``--state``: its windows are charged anew, and every person gets fresh windows).
+
+  So no person's records are in more than ``max_windows_per_unit`` published windows across
+  any sequence of kills and restarts. Windows keep their budget share
+  (``budget / max_windows_per_unit``) whatever the run.
 
 The DirectRunner cannot watch files (Beam's unbounded file source needs Prism, which fails
 offline): run it on Flink (``make engines``; ``--runner FlinkRunner --flink_version 1.19``).
@@ -176,14 +200,28 @@ class StreamState:
         self.write({"window": index, **record}, "windows", f"{index}.json")
 
     def windows(self) -> dict[int, dict[str, Any]]:
-        pattern = self.path("windows", "*.json")
+        return self._numbered("windows")
+
+    def attempts(self) -> dict[int, dict[str, Any]]:
+        """Every run of the job on this state (``attempts/<n>.json``), by number."""
+        return self._numbered("attempts")
+
+    def scratch(self, attempt: int) -> str:
+        """Where the pipeline of run ``attempt`` commits its windows' releases."""
+        return self.path("scratch", str(attempt))
+
+    def releases_file(self, attempt: int, index: int) -> str:
+        return FileSystems.join(self.scratch(attempt), f"{index}.json")
+
+    def _numbered(self, folder: str) -> dict[int, dict[str, Any]]:
+        pattern = self.path(folder, "*.json")
         found = FileSystems.match([pattern])[0].metadata_list
         out: dict[int, dict[str, Any]] = {}
         for metadata in found:
             name = metadata.path.rsplit("/", 1)[-1].removesuffix(".json")
             if name.lstrip("-").isdigit():
-                record = self.window(int(name))
-                if record is not None:
+                record = self.read(folder, f"{name}.json")
+                if isinstance(record, dict):
                     out[int(name)] = record
         return out
 
@@ -207,27 +245,32 @@ def _event_seconds(column: pa.Array) -> np.ndarray:
 class AssignWindows(beam.DoFn):
     """Each batch's rows to their window (public rules only), timestamped inside Beam's window.
 
-    A row is kept when its window was granted (a grant file in the state location) and its
-    file was matched before the window closed (its end plus the allowed lateness); other rows
-    are dropped. In arrival mode a row's time is its file's match time (the element's
-    timestamp). Rows keep their batch's file name.
+    A row is kept when its window was granted to this run of the job (``attempt``: a grant
+    file in the state location naming it) and its file was matched before the window closed
+    (its end plus the allowed lateness); other rows are dropped. In arrival mode a row's time
+    is its file's match time (the element's timestamp). Rows keep their batch's file name.
     """
 
-    def __init__(self, clock: WindowClock, state: str, event_time: str | None, fail: bool):
+    def __init__(
+        self, clock: WindowClock, state: str, event_time: str | None, fail: bool, attempt: int
+    ):
         super().__init__()
         self._clock = clock
         self._state = state
         self._event = event_time
         self._fail = fail
+        self._attempt = attempt
         self._grants: dict[int, bool] = {}
 
     def _granted(self, index: int) -> bool:
         if index not in self._grants:
             record = StreamState(self._state).window(index)
-            decided = record is not None and record.get("status") in ("granted", "published")
             if record is None:
                 return False  # not decided yet: not admitted (asked again for the next batch)
-            self._grants[index] = decided
+            self._grants[index] = (
+                record.get("status") in ("granted", "published")
+                and record.get("attempt") == self._attempt
+            )
         return self._grants[index]
 
     def process(
@@ -296,7 +339,11 @@ def _as_record(release: Release) -> dict[str, Any]:
 
 @dataclass
 class StreamJob:
-    """What the job's own process does while the pipeline runs: grant, publish, stop."""
+    """What the job's own process does while the pipeline runs: grant, publish, stop.
+
+    ``attempt`` is this run's number on the state (1 for a new job); ``grant_limit`` the most
+    windows this run may grant (None: no limit; see :func:`_recover`).
+    """
 
     specs: list[StatisticSpec]
     transforms: list[Any]
@@ -304,7 +351,6 @@ class StreamJob:
     window_plan: Plan | None
     clock: WindowClock
     state: StreamState
-    scratch: str
     output: str
     ledger: str | None
     dataset: str | None
@@ -314,6 +360,8 @@ class StreamJob:
     grant_ahead: int
     stop_after: int | None
     stop_file: str | None
+    attempt: int = 1
+    grant_limit: int | None = None
     now: Callable[[], float] = time.time
     published: list[dict[str, Any]] = field(default_factory=list)
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -322,12 +370,23 @@ class StreamJob:
 
     # -- grants ---------------------------------------------------------------------------
 
+    def _own(self) -> list[int]:
+        """The windows granted to this run (whatever became of them since)."""
+        return [
+            index
+            for index, record in self.windows.items()
+            if record.get("attempt") == self.attempt and record["status"] != "refused"
+        ]
+
     def grant(self) -> None:
-        """Decide every window up to ``grant_ahead`` windows past the clock (once each)."""
+        """Decide every window up to ``grant_ahead`` windows past the clock (once each), within
+        the run's ``grant_limit``."""
         current = self.clock.index(self.now())
         for index in range(current, current + self.grant_ahead + 1):
             if index in self.windows:
                 continue
+            if self.grant_limit is not None and len(self._own()) >= self.grant_limit:
+                return
             record = self._decide(index)
             self.windows[index] = record
             self.state.set_window(index, record)
@@ -337,7 +396,7 @@ class StreamJob:
     def _decide(self, index: int) -> dict[str, Any]:
         label = self.clock.label(index)
         if self.ledger is None or self.dataset is None or self.window_plan is None:
-            return {"status": "granted", "label": label}
+            return {"status": "granted", "label": label, "attempt": self.attempt}
         run = RunInfo(
             "pipelines.stream",
             details={"stream": self.job_id, "window": label},
@@ -352,7 +411,12 @@ class StreamJob:
                 return {"status": "refused", "label": label, "reason": "no budget left"}
             raise
         self._reservations[index] = reservation
-        return {"status": "granted", "label": label, "run": reservation.run_id}
+        return {
+            "status": "granted",
+            "label": label,
+            "run": reservation.run_id,
+            "attempt": self.attempt,
+        }
 
     # -- publishing -----------------------------------------------------------------------
 
@@ -364,50 +428,51 @@ class StreamJob:
         ]
 
     def publish(self) -> None:
-        """Publish every committed window not yet published (each once)."""
-        found = FileSystems.match([FileSystems.join(self.scratch, "*.json")])[0].metadata_list
-        for metadata in sorted(found, key=lambda m: m.path):
-            name = metadata.path.rsplit("/", 1)[-1].removesuffix(".json")
-            if not name.lstrip("-").isdigit():
-                continue
-            index = int(name)
-            record = self.windows.get(index) or self.state.window(index) or {}
-            if record.get("status") != "granted":
-                continue  # published or failed already, or never granted: never again
-            with FileSystems.open(metadata.path) as handle:
-                gathered = json.loads(handle.read().decode("utf-8"))["releases"]
-            self._publish(index, record, gathered)
+        """Publish every window of this run whose releases were committed (each once)."""
+        for index, record in sorted(self.windows.items()):
+            if record["status"] != "granted" or record.get("attempt") != self.attempt:
+                continue  # published, failed, refused or another run's: never (again) here
+            path = self.state.releases_file(self.attempt, index)
+            if FileSystems.exists(path):
+                self._publish(index, record, path)
 
-    def _publish(self, index: int, record: dict[str, Any], gathered: list[Any]) -> None:
+    def _checked(self, index: int, path: str) -> list[dict[str, Any]]:
+        """A window's committed releases, if they are exactly the planned ones."""
+        with FileSystems.open(path) as handle:
+            gathered = json.loads(handle.read().decode("utf-8"))["releases"]
+        labels = {r.get("window") for r in gathered}
+        if len(labels) > 1:
+            raise ReleaseCheckError("a window's releases carry several windows")
+        planned = [
+            PlannedRelease(p.name, p.key, next(iter(labels), None), p.optional)
+            for p in self.planned()
+        ]
+        releases, _skipped = check_releases(["window"], [("release", r) for r in gathered], planned)
+        return releases
+
+    def _publish(self, index: int, record: dict[str, Any], path: str) -> None:
+        """Publish one window: its run committed in the ledger (unless it already is), the
+        window recorded as published, then the outputs rewritten. Each step is done once and
+        checked before it is done, so that a restart after a kill at any point finishes it."""
         label = self.clock.label(index)
         try:
-            labels = {r.get("window") for r in gathered}
-            if len(labels) > 1:
-                raise ReleaseCheckError("a window's releases carry several windows")
-            planned = [
-                PlannedRelease(p.name, p.key, next(iter(labels), None), p.optional)
-                for p in self.planned()
-            ]
-            releases, _skipped = check_releases(
-                ["window"], [("release", r) for r in gathered], planned
-            )
+            releases = self._checked(index, path)
         except ReleaseCheckError as error:
-            self.errors.append(f"window {label}: {error}")
-            LOG.warning("window %s: not published (%s); it stays charged", label, error)
-            record = {**record, "status": "failed"}
-            self.windows[index] = record
-            self.state.set_window(index, record)
+            self._fail_window(index, record, str(error))
             return
-        entries = ledger_entries_to_record(
-            [
-                Release(r["value"], LedgerEntry.from_dict(r), r.get("key"), r.get("window"))
-                for r in releases
-            ]
-        )
-        reservation = self._reservations.get(index)
-        if reservation is None and record.get("run") is not None:
-            reservation = self._resume(int(record["run"]))
-        if reservation is not None:
+        run_id = record.get("run")
+        run_state = None if run_id is None else self._run_state(int(run_id))
+        if run_state not in (None, "reserved", "committed"):
+            self._fail_window(index, record, f"its ledger run is {run_state}")
+            return
+        if run_id is not None and run_state == "reserved":
+            reservation = self._reservations.get(index) or self._resume(int(run_id))
+            entries = ledger_entries_to_record(
+                [
+                    Release(r["value"], LedgerEntry.from_dict(r), r.get("key"), r.get("window"))
+                    for r in releases
+                ]
+            )
             reservation.commit(entries, FileSystems.join(self.output, "release.json"))
         for release in releases:
             self.published.append({**release, "event_window": label})
@@ -417,10 +482,116 @@ class StreamJob:
         self.write_outputs()
         LOG.info("window %s: %d release(s) published", label, len(releases))
 
-    def _resume(self, run_id: int) -> Reservation | None:
+    def _fail_window(self, index: int, record: dict[str, Any], reason: str) -> None:
+        label = self.clock.label(index)
+        self.errors.append(f"window {label}: {reason}")
+        LOG.warning("window %s: not published (%s); it stays charged", label, reason)
+        record = {**record, "status": "failed"}
+        self.windows[index] = record
+        self.state.set_window(index, record)
+
+    def _run_state(self, run_id: int) -> str:
+        assert self.ledger is not None
+        with open_ledger(self.ledger, timeout=self.ledger_timeout) as opened:
+            return str(opened.run(run_id).state)
+
+    def _resume(self, run_id: int) -> Reservation:
         assert self.ledger is not None
         with open_ledger(self.ledger, timeout=self.ledger_timeout) as opened:
             return opened.resume(run_id)
+
+    # -- restarts -------------------------------------------------------------------------
+
+    def recover(self, attempts: dict[int, dict[str, Any]], windows_per_unit: int) -> int:
+        """Take over from the earlier runs on this state (a restart); returns the windows each
+        person may still be in (``max_windows_per_unit`` minus those that may be used).
+
+        A window granted to an earlier run is **used** when its releases may exist: it was
+        published or failed its check, its releases were committed to that run's scratch
+        location, or its ledger run was committed. Those not yet published are published now,
+        once (the kill came between the pipeline's commit and the publication). Every other
+        window granted to an earlier run is taken from it: that run's releases for it are never
+        read, even if its pipeline, still running, writes them later; it is granted again to
+        this run (its ledger run is reused, never charged twice) while it can still admit
+        records and this run may grant it, else abandoned (it stays charged).
+
+        Each person is in at most ``min(cap, used windows)`` of an earlier run's used windows
+        (``cap``: that run's per-person window bound), whoever they are; this run's bound is
+        what is left. With nothing used it is the job's bound; else the run grants at most
+        what is left, so that no person is in more windows than that whatever the data.
+        """
+        pending: list[tuple[int, dict[str, Any], str]] = []
+        reopen: list[int] = []
+        used: dict[int, int] = {}
+        for index, record in sorted(self.windows.items()):
+            status = record["status"]
+            earlier = int(record.get("attempt", 0))
+            if status in ("published", "failed"):
+                used[earlier] = used.get(earlier, 0) + 1
+            if status != "granted":
+                continue
+            path = self.state.releases_file(earlier, index)
+            run_id = record.get("run")
+            run_state = None if run_id is None else self._run_state(int(run_id))
+            if FileSystems.exists(path) or run_state == "committed":
+                pending.append((index, record, path))
+                used[earlier] = used.get(earlier, 0) + 1
+            elif run_state in (None, "reserved") and self.clock.closes_at(index) > self.now():
+                reopen.append(index)
+            else:
+                self._abandon(index, record)
+        spent = sum(
+            min(int(attempts.get(n, {}).get("windows_per_unit", windows_per_unit)), count)
+            for n, count in used.items()
+        )
+        left = max(windows_per_unit - spent, 0)
+        self.grant_limit = None if spent == 0 else left
+        self.state.write(
+            {"attempt": self.attempt, "windows_per_unit": left, "grant_limit": self.grant_limit},
+            "attempts",
+            f"{self.attempt}.json",
+        )
+        for index, record, path in pending:
+            if not FileSystems.exists(path):
+                self._fail_window(index, record, "its releases are missing from --state")
+            else:
+                self._publish(index, record, path)
+        for index in reopen:
+            record = self.windows[index]
+            if self.grant_limit is not None and len(self._own()) >= self.grant_limit:
+                self._abandon(index, record)
+            else:
+                record = {**record, "attempt": self.attempt}
+                self.windows[index] = record
+                self.state.set_window(index, record)
+        self.published = self._published_releases()
+        if self.published:
+            self.write_outputs()  # a kill between "published" and the outputs: written now
+        return left
+
+    def _abandon(self, index: int, record: dict[str, Any]) -> None:
+        run_id = record.get("run")
+        if run_id is not None and self._run_state(int(run_id)) == "reserved":
+            self._resume(int(run_id)).abandon("the stream job was restarted")
+        record = {**record, "status": "abandoned"}
+        self.windows[index] = record
+        self.state.set_window(index, record)
+
+    def _published_releases(self) -> list[dict[str, Any]]:
+        """Every published window's releases, in window order, from the state."""
+        out: list[dict[str, Any]] = []
+        for index, record in sorted(self.windows.items()):
+            if record["status"] != "published":
+                continue
+            path = self.state.releases_file(int(record.get("attempt", 0)), index)
+            if not FileSystems.exists(path):
+                raise StreamError(
+                    f"window {self.clock.label(index)} was published but its releases are "
+                    f"missing from --state {self.state.location}: the outputs cannot be rebuilt"
+                )
+            label = self.clock.label(index)
+            out.extend({**r, "event_window": label} for r in self._checked(index, path))
+        return out
 
     def document(self) -> dict[str, Any]:
         windows = [
@@ -452,8 +623,12 @@ class StreamJob:
             FileSystems.rename([partial], [final])
 
     def done(self) -> bool:
-        published = sum(1 for r in self.windows.values() if r["status"] == "published")
-        if self.stop_after is not None and published >= self.stop_after:
+        own = [self.windows[index]["status"] for index in self._own()]
+        if self.stop_after is not None and own.count("published") >= self.stop_after:
+            return True
+        limited = self.grant_limit is not None and len(own) >= self.grant_limit
+        if limited and "granted" not in own:
+            LOG.info("the windows this run may grant are all decided: the job stops")
             return True
         return self.stop_file is not None and FileSystems.exists(self.stop_file)
 
@@ -496,8 +671,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="how often new files are matched and windows published. "
                         "Default 2")  # fmt: skip
     parser.add_argument("--stop_after_windows", type=int, default=None,
-                        help="stop after this many windows were published. Default: run until "
-                        "stopped")  # fmt: skip
+                        help="stop after this run published this many of its windows. Default: "
+                        "run until stopped")  # fmt: skip
     parser.add_argument("--stop_file", metavar="PATH", default=None,
                         help="stop when this file exists. Default: none")  # fmt: skip
     add_operator_arguments(parser)
@@ -528,28 +703,26 @@ def _job_identity(args: argparse.Namespace, config_text: bytes) -> dict[str, Any
     }
 
 
-def _check_restart(state: StreamState, identity: dict[str, Any]) -> tuple[str, dict[int, Any]]:
-    """A new job's id, or an unfinished one's (nothing published yet); else refused."""
+_STATE_FORMAT = 2  # windows granted per run (attempt), releases in scratch/<attempt>/
+
+
+def _open_state(
+    state: StreamState, identity: dict[str, Any]
+) -> tuple[str, dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """The job's id, its windows and its earlier runs: a new job's (nothing), or those of the
+    same job on this state (a restart); a state holding another job is refused."""
+    identity = {**identity, "state_format": _STATE_FORMAT}
     job = state.read("job.json")
     if job is None:
         job_id = uuid.uuid4().hex
         state.write({"id": job_id, **identity}, "job.json")
-        return job_id, {}
+        return job_id, {}, {}
     if {k: job.get(k) for k in identity} != identity:
         raise ValueError(
-            f"--state {state.location} holds another job (its config or flags differ); give "
-            "a new --state for a new job"
+            f"--state {state.location} holds another job (its config or flags differ, or it "
+            "was written by an earlier version of the job); give a new --state for a new job"
         )
-    windows = state.windows()
-    if any(record.get("status") in ("published", "failed") for record in windows.values()):
-        raise ValueError(
-            f"--state {state.location} belongs to a job that already published windows: "
-            "restarting it would give every person fresh windows (the per-person window "
-            "state cannot be restored through Beam's Python SDK here), so the job refuses "
-            "to spend again; start a new job with a new --state (its windows are charged "
-            "anew)"
-        )
-    return str(job["id"]), windows
+    return str(job["id"]), state.windows(), state.attempts()
 
 
 def run(
@@ -613,8 +786,9 @@ def run(
     ]
     state = StreamState(args.state)
     identity = _job_identity(args, Path(args.config).read_bytes())
-    job_id, known = _check_restart(state, identity)
-    scratch = state.path("scratch")
+    job_id, known, attempts = _open_state(state, identity)
+    attempt = max(attempts, default=0) + 1
+    scratch = state.scratch(attempt)
     for location in (scratch, args.output):
         if "://" not in location and not FileSystems.exists(location):
             FileSystems.mkdirs(location)
@@ -627,7 +801,6 @@ def run(
         ),
         clock=clock,
         state=state,
-        scratch=scratch,
         output=args.output,
         ledger=args.ledger,
         dataset=args.dataset,
@@ -637,9 +810,18 @@ def run(
         grant_ahead=args.grant_ahead,
         stop_after=args.stop_after_windows,
         stop_file=args.stop_file,
+        attempt=attempt,
         now=now,
         windows=dict(known),
     )
+    left = job.recover(attempts, args.max_windows_per_unit)
+    if left == 0:
+        raise ValueError(
+            f"--state {state.location} belongs to a job that already published windows (or "
+            "may have): every person may already be in --max_windows_per_unit windows, so "
+            "the job admits no more records (its windows pending publication, if any, were "
+            "published); start a new job with a new --state (its windows are charged anew)"
+        )
     columns = list(
         dict.fromkeys(
             ([unit] if unit else [])
@@ -664,7 +846,7 @@ def run(
         | "Records" >> beam.Filter(lambda element: not isinstance(element, SkippedFile))
         | "AssignWindows"
         >> beam.ParDo(
-            AssignWindows(clock, state.location, args.event_time, on_bad_record == "fail")
+            AssignWindows(clock, state.location, args.event_time, on_bad_record == "fail", attempt)
         )
         | "Windows" >> beam.WindowInto(clock.beam_windows())
     )
