@@ -780,21 +780,18 @@ def test_the_call_site_spends_at_most_its_epsilon_and_fails_at_twice_it(
             pytest.fail(f"{mutant.name}: the audit passed a call site calibrated at 2ε")
 
 
-def test_the_call_sites_cover_every_sampler_entry_the_pipelines_look_up() -> None:
-    # A new module looking up a sampler entry point is a new call site: audit it here.
-    looked_up = {
-        (mutant.module.__name__, mutant.attribute)
-        for site in SITES_UNDER_AUDIT
-        for mutant in site.mutants
-    }
-    originals = {
-        "select": e2e._ORIGINAL_SELECT,
-        "top_k": e2e._ORIGINAL_TOP_K,
-        "select_per_key": e2e._ORIGINAL_SELECT_PER_KEY,
-        "select_keys": e2e._ORIGINAL_SELECT_KEYS,
-        "release_ks_cdf": e2e._ORIGINAL_RELEASE_KS_CDF,
-    }
-    defining = {
+#: The sampler entry points a pipeline module may look up, by the name it looks them up by.
+SAMPLER_ENTRIES = {
+    "select": e2e._ORIGINAL_SELECT,
+    "top_k": e2e._ORIGINAL_TOP_K,
+    "select_per_key": e2e._ORIGINAL_SELECT_PER_KEY,
+    "select_keys": e2e._ORIGINAL_SELECT_KEYS,
+    "release_ks_cdf": e2e._ORIGINAL_RELEASE_KS_CDF,
+}
+
+#: The modules that define (or re-export) the samplers: not call sites.
+DEFINING_MODULES = frozenset(
+    {
         "beam_dp.mechanisms",
         "beam_dp.mechanisms.selection",
         "beam_dp.mechanisms.per_key",
@@ -802,12 +799,31 @@ def test_the_call_sites_cover_every_sampler_entry_the_pipelines_look_up() -> Non
         "beam_dp.mechanisms.cdf",
         "beam_dp.mechanisms.cdf.release",
     }
+)
+
+
+def sampler_call_sites(entries: dict[str, Any] = SAMPLER_ENTRIES) -> set[tuple[str, str]]:
+    """Every ``(module, attribute)`` of a loaded beam_dp module that looks up a sampler entry
+    point (holds the original function under that name): the production call sites."""
     found = set()
     for module_name, module in list(sys.modules.items()):
-        if module is None or not module_name.startswith("beam_dp.") or module_name in defining:
+        if module is None or not module_name.startswith("beam_dp."):
             continue
-        for attribute, original in originals.items():
+        if module_name in DEFINING_MODULES:
+            continue
+        for attribute, original in entries.items():
             if vars(module).get(attribute) is original:
                 found.add((module_name, attribute))
+    return found
+
+
+def test_the_call_sites_cover_every_sampler_entry_the_pipelines_look_up() -> None:
+    # A new module looking up a sampler entry point is a new call site: audit it here.
+    looked_up = {
+        (mutant.module.__name__, mutant.attribute)
+        for site in SITES_UNDER_AUDIT
+        for mutant in site.mutants
+    }
+    found = sampler_call_sites()
     assert found - looked_up == set(), "sampler entry points looked up but not audited"
     assert looked_up <= found, "a mutant wraps a name no pipeline module looks up"
