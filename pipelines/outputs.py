@@ -15,9 +15,17 @@ from apache_beam.io.filesystems import FileSystems
 __all__ = ["check_output", "check_writable"]
 
 
+#: What a release leaves in its directory (beam_dp.io.outputs: the files and the manifest
+#: written last); either one there means a release, whole or interrupted.
+_RELEASE_MARKS = ("release.json", "release.manifest.json")
+
+
 def check_output(output: str, overwrite: bool) -> None:
-    """An output directory that holds a release is replaced only with --overwrite."""
-    if not overwrite and FileSystems.exists(FileSystems.join(output, "release.json")):
+    """An output directory that holds a release (or the part of one that an interrupted run
+    left) is replaced only with --overwrite."""
+    if not overwrite and any(
+        FileSystems.exists(FileSystems.join(output, name)) for name in _RELEASE_MARKS
+    ):
         raise ValueError(
             f"--output {output} already holds a release; give --overwrite to replace it (the "
             "ledger records the overwrite, and the earlier run's spend stays spent)"

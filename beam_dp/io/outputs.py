@@ -4,10 +4,34 @@ Everything written here is built from released values and public parameters only
 release records and the budget): no score, count or record ever reaches these files.
 
 Outputs go through Beam's ``FileSystems``, so ``gs://``, ``s3://`` and every registered scheme
-work. A local directory is written into a temporary directory beside it and moved into place
-only when every file is complete, so a failed job leaves nothing in it; on a remote filesystem
-each file is written under a temporary name inside the output location and renamed into place
-when all three are written (a failure removes them).
+work. **Publication is all or nothing** (issue 36): a reader of the output location finds the
+earlier whole release, the new whole release, or no release, never the files of two runs nor
+some of a run's files, whenever the writing process is killed.
+
+* **A manifest written last.** Beside the three files, ``release.manifest.json`` names the run
+  and each file's size and SHA-256; it is the last file to appear, and, when a release is
+  replaced, the first to go. A release is whole exactly when its manifest is there and every
+  file matches it (:func:`check_release`); :func:`read_release_avro` refuses a file that its
+  manifest does not vouch for. This is the rule on object stores (``gs://``, ``s3://``), which
+  have no rename of a folder: each file is written under a temporary name in the location,
+  then the old manifest is deleted, the files are renamed into place, and the new manifest
+  is renamed in last.
+* **One rename of the folder, locally.** A local output directory is written whole into a
+  fresh ``.<name>.partial-*`` directory beside it (same file system; mode 0700 until it is
+  complete, so a killed run's staged release is readable by no one else), and then appears at
+  its final name in one ``rename(2)``. An existing release is replaced by exchanging the two
+  directories in one ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15+, on ext4, xfs, btrfs, tmpfs)
+  and removing the old one: there is no moment without a whole release. Where the exchange is
+  not supported, the old directory is renamed aside (``.<name>.replaced-*``) and the new one
+  renamed in: a kill between the two renames leaves no release at the output (a reader finds
+  nothing, the next run needs no ``--overwrite``), never a mix; the ledger has already recorded
+  the overwrite. Both hidden directories are removed by the next run to the same output once
+  the process that made them is gone (their names carry its host, process id and start time,
+  so a live concurrent job's are never touched).
+* **A directory shared with other files** (``make run`` keeps its ledger in ``out/``) cannot be
+  replaced whole without moving files that are not the release's: the release's files are
+  then moved in one by one under the manifest rule above (old manifest out first, new one in
+  last), and the other files are never touched.
 
 ``release.avro`` holds typed records, one per release, that fastavro, polars and pyarrow read
 without parsing JSON: the value in the column of its kind (``value_number``, ``value_integer``,
@@ -23,11 +47,15 @@ metadata.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import hashlib
 import io
 import json
 import os
+import re
 import shutil
-import tempfile
+import socket
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -36,19 +64,33 @@ from typing import Any
 import fastavro
 from apache_beam.io.filesystems import FileSystems
 
+from beam_dp.errors import BeamDPError
 from beam_dp.io.report import render_report
 
 __all__ = [
+    "MANIFEST_FILE",
     "OUTPUT_FILES",
     "RELEASE_AVRO_SCHEMA",
+    "IncompleteReleaseError",
     "atomic_output_dir",
+    "check_release",
     "output_files",
     "read_release_avro",
     "release_avro_rows",
+    "remove_stale_staging",
     "write_outputs",
 ]
 
 OUTPUT_FILES = ("release.json", "release.avro", "report.html")
+#: Written last, removed first: a release is whole when it is there and every file matches it.
+MANIFEST_FILE = "release.manifest.json"
+_MANIFEST_FORMAT = "beam_dp release manifest 1"
+_PARTIAL, _REPLACED = "partial", "replaced"
+
+
+class IncompleteReleaseError(BeamDPError, ValueError):
+    """An output location holds no whole release (public: a location and a file name)."""
+
 
 _BOUND = {
     "type": "record",
@@ -146,21 +188,197 @@ RELEASE_AVRO_SCHEMA: dict[str, Any] = {
 }
 
 
+def _owner() -> str:
+    """This process as a staging name records it: ``<host>_<pid>_<start time>``."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
+    return f"{host}_{os.getpid()}_{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or
+    ``"0"`` where there is no ``/proc`` (a pid alone then names the owner)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return "0"
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _owner_gone(owner: str) -> bool:
+    """Whether the process an ``_owner()`` text names has ended (never True when unsure: a
+    name from another host, or one that does not parse)."""
+    parts = owner.split("_")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    host, pid, started = parts[0], int(parts[1]), parts[2]
+    if host != _owner().split("_")[0]:
+        return False
+    if os.path.isdir("/proc") and started != "0":
+        return _start_time(pid) != started  # "0" once the process is gone; another if reused
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _stale_owner(name: str, prefix: str) -> bool:
+    """Whether ``name`` is ``<prefix><owner>_<random>`` and its owner has ended."""
+    if not name.startswith(prefix):
+        return False
+    owner, _, rest = name[len(prefix) :].rpartition("_")
+    return bool(rest) and _owner_gone(owner)
+
+
+def remove_stale_staging(output: str | os.PathLike[str]) -> list[str]:
+    """Remove what a killed writer left at ``output``: local ``.<name>.partial-*`` and
+    ``.<name>.replaced-*`` directories beside it, a remote location's ``.<file>.partial-*``
+    files, each only once the process that made it has ended. Returns what was removed."""
+    target = os.fspath(output)
+    removed: list[str] = []
+    if "://" in target:
+        with contextlib.suppress(Exception):
+            found = FileSystems.match([FileSystems.join(target, ".*.partial-*")])[0]
+            for match in found.metadata_list:
+                name = match.path.rstrip("/").rsplit("/", 1)[-1]
+                file_name = name[1:].split(f".{_PARTIAL}-", 1)[0]
+                if _stale_owner(name, f".{file_name}.{_PARTIAL}-"):
+                    FileSystems.delete([match.path])
+                    removed.append(match.path)
+        return removed
+    path = Path(target)
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    for name in names:
+        for kind in (_PARTIAL, _REPLACED):
+            if _stale_owner(name, f".{path.name}.{kind}-"):
+                shutil.rmtree(path.parent / name, ignore_errors=True)
+                removed.append(os.fspath(path.parent / name))
+    return removed
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` would, for every thread)."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) with ``data``, on disk before this returns."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two directories in one ``renameat2(RENAME_EXCHANGE)``; False where the system or
+    the file system does not offer it (nothing was changed then)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]  # fmt: skip
+    renameat2.restype = ctypes.c_int
+    done = renameat2(
+        _AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE
+    )
+    if done == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(code, os.strerror(code), os.fspath(second))
+
+
+def _publish_folder(staging: Path, target: Path) -> None:
+    """Make ``staging``'s files the release at ``target`` (module docstring)."""
+    names = set(os.listdir(staging))
+    try:
+        present = set(os.listdir(target))
+    except FileNotFoundError:
+        present = set()
+    if not present:  # absent, or an empty directory (which rename(2) replaces)
+        try:
+            os.rename(staging, target)
+            return
+        except OSError as error:  # another writer made it meanwhile: publish beside it
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            present = set(os.listdir(target))
+    if present <= names | set(OUTPUT_FILES) | {MANIFEST_FILE}:  # a release's own folder
+        if _exchange(staging, target):
+            shutil.rmtree(staging, ignore_errors=True)  # now the replaced release
+            return
+        aside = target.parent / f".{target.name}.{_REPLACED}-{_owner()}_{uuid.uuid4().hex}"
+        os.rename(target, aside)
+        os.rename(staging, target)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    # A directory shared with other files: the release's files one by one, manifest rule.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(target / MANIFEST_FILE)
+    _fsync_dir(target)
+    for name in sorted(names - {MANIFEST_FILE}):
+        os.replace(staging / name, target / name)
+    if MANIFEST_FILE in names:
+        _fsync_dir(target)
+        os.replace(staging / MANIFEST_FILE, target / MANIFEST_FILE)
+
+
 @contextlib.contextmanager
 def atomic_output_dir(output_dir: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temporary directory; on success move its files into ``output_dir``.
+    """Yield a staging directory; on success publish its files at ``output_dir`` whole.
 
-    On an exception the temporary directory is removed and ``output_dir`` is untouched
-    (created only if the job succeeds).
+    The staging directory, ``.<name>.partial-<owner>_<random>`` beside ``output_dir``, is
+    made 0700 (a killed run's files are readable by no one else) and given the output's mode
+    only once complete. On success it becomes ``output_dir`` in one rename, or is exchanged
+    with an existing release in one ``renameat2`` (module docstring); a shared directory
+    gets the files one by one, a :data:`MANIFEST_FILE` last. On an exception the staging
+    directory is removed and ``output_dir`` is untouched (created only if the job succeeds).
+    What killed writers left at ``output_dir`` is removed first (:func:`remove_stale_staging`).
     """
     target = Path(output_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    remove_stale_staging(target)
+    staging = target.parent / f".{target.name}.{_PARTIAL}-{_owner()}_{uuid.uuid4().hex}"
+    os.mkdir(staging, 0o700)
     try:
+        os.chmod(staging, 0o700)
         yield staging
-        target.mkdir(parents=True, exist_ok=True)
-        for item in sorted(staging.iterdir()):
-            os.replace(item, target / item.name)
+        _fsync_dir(staging)
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o777 & ~_umask()
+        os.chmod(staging, mode)
+        _publish_folder(staging, target)
+        _fsync_dir(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -350,27 +568,49 @@ def output_files(document: Mapping[str, Any]) -> dict[str, bytes]:
     }
 
 
+def _manifest(document: Mapping[str, Any], files: Mapping[str, bytes]) -> bytes:
+    """The manifest of ``files``: the run's id, each file's size and SHA-256."""
+    run = document.get("run") or {}
+    manifest = {
+        "format": _MANIFEST_FORMAT,
+        "run_id": run.get("id"),
+        "files": {
+            name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for name, data in files.items()
+        },
+    }
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+
+
 def write_outputs(document: Mapping[str, Any], output: str | os.PathLike[str]) -> str:
-    """Write every output file into ``output`` (a directory or a ``scheme://`` location),
-    all or nothing (module docstring); return ``output``."""
+    """Write every output file and the manifest into ``output`` (a directory or a
+    ``scheme://`` location), all or nothing (module docstring); return ``output``."""
     files = output_files(document)
+    manifest = _manifest(document, files)
     target = os.fspath(output)
     if "://" not in target:
         with atomic_output_dir(target) as staging:
             for name, data in files.items():
-                (staging / name).write_bytes(data)
+                _write_new(staging / name, data)
+            _write_new(staging / MANIFEST_FILE, manifest)
         return target
-    tag = uuid.uuid4().hex
-    staged = {name: FileSystems.join(target, f".{name}.partial-{tag}") for name in files}
+    remove_stale_staging(target)
+    tag = f"{_owner()}_{uuid.uuid4().hex}"
+    everything = {**files, MANIFEST_FILE: manifest}
+    staged = {name: FileSystems.join(target, f".{name}.{_PARTIAL}-{tag}") for name in everything}
     try:
-        for name, data in files.items():
+        for name, data in everything.items():
             with FileSystems.create(staged[name]) as handle:
                 handle.write(data)
+        final_manifest = FileSystems.join(target, MANIFEST_FILE)
+        if FileSystems.exists(final_manifest):  # the earlier release stops being whole first
+            FileSystems.delete([final_manifest])
         finals = [FileSystems.join(target, name) for name in files]
         present = [path for path in finals if FileSystems.exists(path)]
-        if present:  # --overwrite: the earlier run's files go first
+        if present:  # --overwrite: the earlier run's files go
             FileSystems.delete(present)
         FileSystems.rename([staged[name] for name in files], finals)
+        FileSystems.rename([staged[MANIFEST_FILE]], [final_manifest])  # last: now it is whole
     except BaseException:
         with contextlib.suppress(Exception):
             leftover = [path for path in staged.values() if FileSystems.exists(path)]
@@ -380,48 +620,128 @@ def write_outputs(document: Mapping[str, Any], output: str | os.PathLike[str]) -
     return target
 
 
-def read_release_avro(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read ``release.avro`` back into the ``release.json`` document (through ``FileSystems``)."""
-    with FileSystems.open(os.fspath(path)) as handle:
-        reader = fastavro.reader(io.BytesIO(handle.read()))
-        document: dict[str, Any] = {}
-        releases = []
-        for raw in reader:
-            row: dict[str, Any] = raw  # type: ignore[assignment]
-            record: dict[str, Any] = {
-                "name": row["name"],
-                "statistic": row["statistic"],
-                "value": _value_of(row),
-            }
-            interval = _interval_of(row)
-            if interval is not None:
-                record["interval"] = interval
-            key = row["key_text"] if row["key_text"] is not None else row["key_integer"]
-            if key is not None:
-                record["key"] = key
-            if row["window"] is not None:
-                record["window"] = row["window"]
-            for field in ("mechanism", "epsilon", "delta", "rho", "sensitivity", "neighbouring",
-                          "monotone", "num_candidates"):  # fmt: skip
-                record[field] = row[field]
-            record["contribution_bounds"] = {
-                b["name"]: b["value"] for b in row["contribution_bounds"]
-            }
-            record["accuracy"] = {a["name"]: a["value"] for a in row["accuracy"]}
-            units = {a["name"]: a["unit"] for a in row["accuracy"] if a["unit"] is not None}
-            if units:
-                record["accuracy_units"] = units
-            if row["accuracy_description"] is not None:
-                record["accuracy_description"] = row["accuracy_description"]
-            if row["notes"]:
-                record["notes"] = list(row["notes"])
-            record["rng"] = row["rng"]
-            releases.append(record)
-        metadata = reader.metadata
-        document["releases"] = releases
-        document["budget"] = json.loads(str(metadata["beam_dp.budget"]))
-        if "beam_dp.run" in metadata:
-            document["run"] = json.loads(str(metadata["beam_dp.run"]))
-        if "beam_dp.skipped_files" in metadata:
-            document["skipped_files"] = json.loads(str(metadata["beam_dp.skipped_files"]))
+def _split(path: str) -> tuple[str, str]:
+    """A file's location and name, local or ``scheme://``."""
+    if "://" in path:
+        folder, name = FileSystems.split(path)
+        return folder, name
+    folder, name = os.path.split(path)
+    return folder or ".", name
+
+
+def _read(path: str) -> bytes:
+    with FileSystems.open(path) as handle:
+        data: bytes = handle.read()
+    return data
+
+
+def _manifest_of(location: str) -> dict[str, Any]:
+    path = FileSystems.join(location, MANIFEST_FILE)
+    try:
+        manifest = json.loads(_read(path).decode("utf-8"))
+    except Exception:
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT:
+        raise IncompleteReleaseError(
+            f"{location} holds no whole release: {MANIFEST_FILE} is missing or unreadable (a "
+            "run was stopped while it published, or the files were not written by a job)"
+        )
+    return manifest
+
+
+def _check_file(location: str, manifest: Mapping[str, Any], name: str, data: bytes) -> None:
+    entry = manifest.get("files", {}).get(name)
+    if (
+        not isinstance(entry, dict)
+        or entry.get("bytes") != len(data)
+        or entry.get("sha256") != hashlib.sha256(data).hexdigest()
+    ):
+        raise IncompleteReleaseError(
+            f"{location} holds no whole release: {name} is not the file its {MANIFEST_FILE} "
+            "names (the files of two runs, or a run stopped while it published)"
+        )
+
+
+def check_release(output: str | os.PathLike[str]) -> str | None:
+    """Check that ``output`` holds one whole release; return its run's id.
+
+    Whole: :data:`MANIFEST_FILE` is there, names exactly :data:`OUTPUT_FILES`, and each file's
+    size and SHA-256 match it.
+
+    Raises:
+        IncompleteReleaseError: naming the location and the file, never a value.
+    """
+    location = os.fspath(output)
+    manifest = _manifest_of(location)
+    if sorted(manifest.get("files", {})) != sorted(OUTPUT_FILES):
+        raise IncompleteReleaseError(
+            f"{location} holds no whole release: its {MANIFEST_FILE} does not name "
+            f"{', '.join(OUTPUT_FILES)}"
+        )
+    for name in OUTPUT_FILES:
+        try:
+            data = _read(FileSystems.join(location, name))
+        except Exception:
+            raise IncompleteReleaseError(
+                f"{location} holds no whole release: {name} is missing"
+            ) from None
+        _check_file(location, manifest, name, data)
+    run_id = manifest.get("run_id")
+    return None if run_id is None else str(run_id)
+
+
+def read_release_avro(
+    path: str | os.PathLike[str], *, check_manifest: bool = True
+) -> dict[str, Any]:
+    """Read ``release.avro`` back into the ``release.json`` document (through ``FileSystems``).
+
+    The file must be the one its location's :data:`MANIFEST_FILE` names (size and SHA-256),
+    unless ``check_manifest=False`` (a file written without one, e.g. by ``WriteReleases``).
+
+    Raises:
+        IncompleteReleaseError: the manifest is missing or names another file.
+    """
+    data = _read(os.fspath(path))
+    if check_manifest:
+        location, name = _split(os.fspath(path))
+        _check_file(location, _manifest_of(location), name, data)
+    reader = fastavro.reader(io.BytesIO(data))
+    document: dict[str, Any] = {}
+    releases = []
+    for raw in reader:
+        row: dict[str, Any] = raw  # type: ignore[assignment]
+        record: dict[str, Any] = {
+            "name": row["name"],
+            "statistic": row["statistic"],
+            "value": _value_of(row),
+        }
+        interval = _interval_of(row)
+        if interval is not None:
+            record["interval"] = interval
+        key = row["key_text"] if row["key_text"] is not None else row["key_integer"]
+        if key is not None:
+            record["key"] = key
+        if row["window"] is not None:
+            record["window"] = row["window"]
+        for field in ("mechanism", "epsilon", "delta", "rho", "sensitivity", "neighbouring",
+                      "monotone", "num_candidates"):  # fmt: skip
+            record[field] = row[field]
+        record["contribution_bounds"] = {b["name"]: b["value"] for b in row["contribution_bounds"]}
+        record["accuracy"] = {a["name"]: a["value"] for a in row["accuracy"]}
+        units = {a["name"]: a["unit"] for a in row["accuracy"] if a["unit"] is not None}
+        if units:
+            record["accuracy_units"] = units
+        if row["accuracy_description"] is not None:
+            record["accuracy_description"] = row["accuracy_description"]
+        if row["notes"]:
+            record["notes"] = list(row["notes"])
+        record["rng"] = row["rng"]
+        releases.append(record)
+    metadata = reader.metadata
+    document["releases"] = releases
+    document["budget"] = json.loads(str(metadata["beam_dp.budget"]))
+    if "beam_dp.run" in metadata:
+        document["run"] = json.loads(str(metadata["beam_dp.run"]))
+    if "beam_dp.skipped_files" in metadata:
+        document["skipped_files"] = json.loads(str(metadata["beam_dp.skipped_files"]))
     return document
