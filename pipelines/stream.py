@@ -2,7 +2,8 @@
 
     python -m pipelines.stream --config job.toml --landing 'landing/*.parquet' \\
         --state state/ --output out/ --window_seconds 3600 \\
-        [--event_time FIELD --allowed_lateness SECONDS] [--stop_after_windows N] \\
+        [--event_time FIELD [--event_time_format seconds|iso8601] \\
+         --allowed_lateness SECONDS] [--stop_after_windows N] \\
         [--stop_file PATH] [--ledger URL --dataset NAME] --runner FlinkRunner --streaming
 
 The config is the release job's (``python -m pipelines.release --help``): ``[input]`` (its
@@ -10,8 +11,14 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
 ``[[statistics]]``. What the job does, in order:
 
 * **Windows.** Records go to fixed windows of ``--window_seconds``: by the time their file was
-  matched (arrival time, the default) or by an event-time field (``--event_time``, seconds
-  since the epoch or a timestamp). A window's statistics are released once the watermark
+  matched (arrival time, the default) or by an event-time field (``--event_time``). The
+  field holds, with ``--event_time_format seconds`` (the default), a number of seconds since
+  the epoch (a number, or text holding a decimal number, as CSV gives it) or a timestamp;
+  with ``--event_time_format iso8601``, a timestamp or ISO 8601 text with an explicit offset
+  (``2027-01-15T08:30:00Z``, ``2027-01-15 09:30:00.25+01:00``; digits past microseconds are
+  cut). An event time that is null, not finite, or not of the format is a bad record: dropped
+  under ``on_bad_record = "skip"``, and under ``"fail"`` the job ends naming the file and the
+  field, never the value. A window's statistics are released once the watermark
   passes its end plus ``--allowed_lateness`` (event time only). **Late data** (public rule): a
   record whose window ended more than the allowed lateness before its file was matched is
   dropped, as is a record of a window without budget (below).
@@ -75,12 +82,13 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -88,6 +96,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.pvalue import PCollection
@@ -229,17 +238,101 @@ class StreamState:
 # ---------------------------------------------------------------------------- the pipeline
 
 
-def _event_seconds(column: pa.Array) -> np.ndarray:
-    """Seconds since the epoch of an event-time column (numbers or timestamps); NaN if bad."""
-    if pa.types.is_timestamp(column.type):
-        micros = column.cast(pa.timestamp("us")).cast(pa.int64())
-        values = micros.to_numpy(zero_copy_only=False).astype(np.float64) / 1e6
+EVENT_TIME_FORMATS = ("seconds", "iso8601")
+
+# A decimal number of seconds as text (CSV reads every field as text): digits, an optional
+# fraction and exponent; no "nan", "inf", hex or digit separators.
+_SECONDS_TEXT = r"^\s*[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
+# ISO 8601 date and time with an explicit offset: 2027-01-15T08:30:00Z,
+# 2027-01-15 08:30:00.123456789+01:00, 2027-01-15T08:30-0500 (fraction truncated to µs).
+_ISO_TEXT = re.compile(
+    r"\s*([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2})"
+    r"(?::([0-9]{2})(?:[.,]([0-9]+))?)?"
+    r"(?:([Zz])|([+-])([0-9]{2}):?([0-9]{2}))\s*"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _iso_seconds(text: object) -> float:
+    """Seconds since the epoch of one ISO 8601 text with an explicit offset; NaN if it is not
+    one (never an exception: a parser's message could quote the value)."""
+    if not isinstance(text, str):
+        return math.nan
+    found = _ISO_TEXT.fullmatch(text)
+    if found is None:
+        return math.nan
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = found.groups()
+    try:
+        offset = timedelta(0)
+        if zulu is None:
+            offset = timedelta(hours=int(off_h), minutes=int(off_m))
+            if int(off_m) >= 60 or offset >= timedelta(hours=24):
+                return math.nan
+            offset = -offset if sign == "-" else offset
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second or 0),
+            int((fraction or "")[:6].ljust(6, "0")),
+            tzinfo=timezone(offset),
+        )
+        micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    except (ValueError, OverflowError):
+        return math.nan
+    return micros / 1e6
+
+
+def _event_seconds(column: pa.Array | pa.ChunkedArray, event_format: str) -> np.ndarray:
+    """Seconds since the epoch of each record's event time; NaN where it is not one.
+
+    ``seconds``: a number (integer, float or decimal column), a timestamp column, or text
+    holding a decimal number (CSV). ``iso8601``: a timestamp column, or text in ISO 8601 with
+    an explicit offset (``Z``, ``+01:00``). Anything else is NaN (a bad record): a null, a
+    non-finite number, text that is not of the format, a boolean or any other type. No
+    value's text ever reaches an exception (a parser's message could quote it).
+    """
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    kind = column.type
+    if pa.types.is_dictionary(kind):
+        column = column.dictionary_decode()
+        kind = column.type
+    if pa.types.is_timestamp(kind):
+        micros = column.cast(pa.timestamp("us"), safe=False).cast(pa.int64())
+        values = pc.divide(pc.cast(micros, pa.float64()), 1e6)
+    elif event_format == "seconds" and (
+        pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+    ):
+        values = column.cast(pa.float64(), safe=False)
+    elif event_format == "seconds" and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        numbers = pc.fill_null(pc.match_substring_regex(column, _SECONDS_TEXT), False)
+        text = pc.if_else(numbers, pc.utf8_trim_whitespace(column), pa.scalar(None, kind))
+        try:
+            values = text.cast(pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # out of range: value by value
+            values = pa.array(
+                [_float_or_nan(t) for t in text.to_pylist()], type=pa.float64(), from_pandas=True
+            )
+    elif event_format == "iso8601" and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        values = pa.array([_iso_seconds(t) for t in column.to_pylist()], type=pa.float64())
     else:
-        values = column.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-    nulls = column.is_null().to_numpy(zero_copy_only=False)
-    out = np.asarray(values, dtype=np.float64).copy()
-    out[nulls] = np.nan
+        return np.full(len(column), np.nan)
+    out = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64).copy()
+    out[np.asarray(values.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = np.nan
+    out[~np.isfinite(out)] = np.nan
     return out
+
+
+def _float_or_nan(text: str | None) -> float:
+    if text is None:
+        return math.nan
+    try:
+        return float(text)
+    except (ValueError, OverflowError):
+        return math.nan
 
 
 class AssignWindows(beam.DoFn):
@@ -252,12 +345,24 @@ class AssignWindows(beam.DoFn):
     """
 
     def __init__(
-        self, clock: WindowClock, state: str, event_time: str | None, fail: bool, attempt: int
+        self,
+        clock: WindowClock,
+        state: str,
+        event_time: str | None,
+        fail: bool,
+        attempt: int,
+        event_format: str = "seconds",
     ):
         super().__init__()
+        if event_format not in EVENT_TIME_FORMATS:
+            raise ValueError(
+                f"--event_time_format must be one of {list(EVENT_TIME_FORMATS)}; "
+                f"received {event_format!r}"
+            )
         self._clock = clock
         self._state = state
         self._event = event_time
+        self._event_format = event_format
         self._fail = fail
         self._attempt = attempt
         self._grants: dict[int, bool] = {}
@@ -286,13 +391,19 @@ class AssignWindows(beam.DoFn):
         else:
             if self._event not in batch.schema.names:
                 raise data_error(source, "the event-time field is required", field=self._event)
-            seconds = _event_seconds(batch.column(self._event))
+            seconds = _event_seconds(batch.column(self._event), self._event_format)
             valid = np.isfinite(seconds)
             if not valid.all() and self._fail:
+                rule = (
+                    "the event-time field must hold a number of seconds since the epoch or a "
+                    "timestamp"
+                    if self._event_format == "seconds"
+                    else "the event-time field must hold a timestamp or ISO 8601 text with an "
+                    "offset (e.g. 2027-01-15T08:30:00Z)"
+                )
                 raise data_error(
                     source,
-                    "the event-time field must hold a number of seconds or a timestamp "
-                    '(use on_bad_record = "skip" to drop such records)',
+                    f'{rule}; a null is not one (use on_bad_record = "skip" to drop such records)',
                     field=self._event,
                 )
             indices = np.where(valid, np.floor(np.nan_to_num(seconds) / self._clock.size), 0)
@@ -658,6 +769,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--event_time", metavar="FIELD", default=None,
                         help="window by this field (seconds since the epoch, or a timestamp). "
                         "Default: by the time a record's file is matched")  # fmt: skip
+    parser.add_argument("--event_time_format", choices=EVENT_TIME_FORMATS, default="seconds",
+                        help="how --event_time is read: 'seconds' (a number of seconds since "
+                        "the epoch, as a number or as text, or a timestamp) or 'iso8601' (a "
+                        "timestamp, or text such as 2027-01-15T08:30:00Z or "
+                        "2027-01-15T09:30:00.25+01:00: ISO 8601 date and time with an explicit "
+                        "offset; a fraction past microseconds is cut). A record whose event "
+                        "time is not of the format, or is null, is a bad record "
+                        "(on_bad_record). Default seconds")  # fmt: skip
     parser.add_argument("--allowed_lateness", type=int, default=0,
                         help="with --event_time, how long after a window's end its records "
                         "are still admitted (seconds). Default 0")  # fmt: skip
@@ -697,6 +816,7 @@ def _job_identity(args: argparse.Namespace, config_text: bytes) -> dict[str, Any
         "landing": args.landing,
         "window_seconds": args.window_seconds,
         "event_time": args.event_time,
+        "event_time_format": args.event_time_format if args.event_time else None,
         "allowed_lateness": args.allowed_lateness,
         "max_windows_per_unit": args.max_windows_per_unit,
         "dataset": args.dataset,
@@ -743,6 +863,8 @@ def run(
     clock = WindowClock(args.window_seconds, args.allowed_lateness if args.event_time else 0)
     if args.allowed_lateness and not args.event_time:
         raise ValueError("--allowed_lateness applies to --event_time windows only")
+    if args.event_time_format != "seconds" and not args.event_time:
+        raise ValueError("--event_time_format applies to --event_time windows only")
     if args.max_windows_per_unit < 1:
         raise ValueError("--max_windows_per_unit must be an integer >= 1")
     if args.grant_ahead < 0:
@@ -846,7 +968,14 @@ def run(
         | "Records" >> beam.Filter(lambda element: not isinstance(element, SkippedFile))
         | "AssignWindows"
         >> beam.ParDo(
-            AssignWindows(clock, state.location, args.event_time, on_bad_record == "fail", attempt)
+            AssignWindows(
+                clock,
+                state.location,
+                args.event_time,
+                on_bad_record == "fail",
+                attempt,
+                args.event_time_format,
+            )
         )
         | "Windows" >> beam.WindowInto(clock.beam_windows())
     )
@@ -868,11 +997,11 @@ def run(
     def wait() -> None:
         try:
             result.wait_until_finish()
-        except Exception:  # the job's own error is reported below, by stage only
+        except Exception as error:  # reported below: our own error's message, or none
             # A runner reports the job's own cancel as a failure (Beam's portable runner:
             # "failed in state CANCELLED"): that ending is this process's decision, not one.
             if not cancelled.is_set():
-                job.errors.append("the pipeline failed")
+                job.errors.append(_own_message(error) or "the pipeline failed")
         finally:
             finished.set()
 
@@ -900,6 +1029,19 @@ def run(
     if job.errors:
         raise StreamError("; ".join(job.errors))
     return document
+
+
+def _own_message(error: BaseException) -> str | None:
+    """The message of the first of our own errors in ``error``'s chain (a bad record, named by
+    file and field; never a value), without the runner's stage suffix; None if none is."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, BeamDPError):
+            return str(current).split(" [while running", 1)[0]
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class StreamError(BeamDPError, RuntimeError):
