@@ -938,12 +938,15 @@ def run(
     )
     left = job.recover(attempts, args.max_windows_per_unit)
     if left == 0:
-        raise ValueError(
+        refusal = (
             f"--state {state.location} belongs to a job that already published windows (or "
             "may have): every person may already be in --max_windows_per_unit windows, so "
             "the job admits no more records (its windows pending publication, if any, were "
             "published); start a new job with a new --state (its windows are charged anew)"
         )
+        if job.errors:  # a pending window that could not be published
+            raise StreamError("; ".join([*job.errors, refusal]))
+        raise ValueError(refusal)
     columns = list(
         dict.fromkeys(
             ([unit] if unit else [])

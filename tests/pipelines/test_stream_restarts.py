@@ -24,6 +24,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
@@ -75,12 +79,12 @@ def _shard(number: int) -> pa.RecordBatch:
     )
 
 
-def _source(first_window: int) -> Any:
-    """Every shard, landing one per window from ``first_window`` on."""
+def _source(first_window: int, shards: int = SHARDS) -> Any:
+    """The first ``shards`` shards, landing one per window from ``first_window`` on."""
 
     def build(pipeline: beam.Pipeline) -> Any:
         test = test_stream.TestStream()
-        for number in range(SHARDS):
+        for number in range(shards):
             stamp = BASE + (first_window + number) * SIZE + 5
             shard = (f"shard-{number}.csv", _shard(number))
             test = test.add_elements([TimestampedValue(shard, stamp)])
@@ -273,3 +277,109 @@ def test_a_restart_after_a_kill_keeps_every_person_within_their_windows(
         runs, _ = ledger.history("people")
     committed = sorted(_window_index(r.details["window"]) for r in runs if r.state == "committed")
     assert committed == windows, (committed, windows)
+
+
+def test_a_restart_after_some_windows_were_used_grants_only_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--max_windows_per_unit 2``, one window published: the restart may grant one window
+    (a person may be in it), then stops; a third start has nothing left and refuses."""
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "1000"], out=io.StringIO())  # fmt: skip
+    argv = _argv(tmp_path, url, 2)
+    first = stream.run(argv, source=_source(0, shards=1), now=lambda: BASE)
+    assert {_window_index(r["event_window"]) for r in first["releases"]} == {0}
+    second = stream.run(argv, source=_source(LATER), now=lambda: BASE + LATER * SIZE)
+    windows = sorted({_window_index(r["event_window"]) for r in second["releases"]})
+    assert windows == [0, LATER], windows  # one more window, then the job stopped
+    with open_ledger(url) as ledger:
+        runs, _ = ledger.history("people")
+    states = {_window_index(r.details["window"]): r.state for r in runs}
+    # windows 1 and 2 were granted to the first run and closed unused: abandoned, charged
+    assert states == {0: "committed", 1: "abandoned", 2: "abandoned", LATER: "committed"}
+    with pytest.raises(ValueError, match="no more records"):
+        stream.run(argv, source=_source(LATER + 2), now=lambda: BASE + (LATER + 2) * SIZE)
+    with open_ledger(url) as ledger:
+        assert len(ledger.history("people")[0]) == len(runs)  # nothing charged by the refusal
+
+
+_KILLED_JOB = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {here!r})
+import test_stream_restarts as t
+from beam_dp.beam._contributions import WindowAdmissions
+from pipelines import stream
+
+original = WindowAdmissions.admit
+watch = t._Watch()
+log = open(sys.argv[1], "a")
+
+def admit(self, window, units):
+    keep, state = original(self, window, units)
+    index = int(watch.coder.decode(window).start) // t.SIZE - t.BASE // t.SIZE
+    log.write("".join(f"{{index}} {{int(u)}}\\n" for u in np.asarray(units)[keep]))
+    log.flush()
+    return keep, state
+
+WindowAdmissions.admit = admit
+stream.run(json.loads(sys.argv[2]), source=t._source(0), now=lambda: t.BASE)
+"""
+
+
+def test_a_sigkill_after_the_pipeline_committed_a_window_does_not_give_fresh_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real SIGKILL of the job's process while its first window's releases sit in the
+    scratch location, unpublished (the driver sleeps between its looks): the restart
+    publishes that window once and, every person having used their one window, admits
+    nothing more."""
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "1000"], out=io.StringIO())  # fmt: skip
+    argv = _argv(tmp_path, url, 1)
+    script = tmp_path / "killed_job.py"
+    script.write_text(_KILLED_JOB.format(here=str(Path(__file__).parent)))
+    admissions = tmp_path / "admissions.txt"
+    first = [*argv, "--poll_seconds", "60"]  # the last one given wins
+    job = subprocess.Popen(
+        [sys.executable, str(script), str(admissions), json.dumps(first)],
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait(lambda: bool(_scratch_files(tmp_path)) or job.poll() is not None,
+              "a window's releases", timeout=240)  # fmt: skip
+        assert job.poll() is None, "the job ended before it could be killed"
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        job.kill()
+        job.wait()
+    first_window = tmp_path / "state" / "windows" / f"{BASE // SIZE}.json"
+    windows_before = json.loads(first_window.read_text())
+    assert windows_before["status"] == "granted"  # not published when it was killed
+    watch = _Watch()
+    watch.install(monkeypatch)
+    try:
+        stream.run(argv, source=_source(LATER), now=lambda: BASE + LATER * SIZE)
+    except ValueError as error:
+        assert "no more records" in str(error), error
+    for line in admissions.read_text().splitlines():
+        index, unit = line.split()
+        watch.admitted.setdefault(int(index), set()).add(int(unit))
+    document = json.loads((tmp_path / "out" / "release.json").read_text())
+    published = [(r["name"], _window_index(r["event_window"])) for r in document["releases"]]
+    assert len(published) == len(set(published)), published
+    windows = sorted({w for _, w in published})
+    assert windows and max(windows) < LATER, windows  # no window of the restart
+    per_person: dict[int, int] = {}
+    for window in windows:
+        for unit in watch.admitted.get(window, set()):
+            per_person[unit] = per_person.get(unit, 0) + 1
+    assert max(per_person.values()) == 1
+    with open_ledger(url) as ledger:
+        runs, _ = ledger.history("people")
+    committed = sorted(_window_index(r.details["window"]) for r in runs if r.state == "committed")
+    assert committed == windows
