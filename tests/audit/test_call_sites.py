@@ -802,14 +802,16 @@ DEFINING_MODULES = frozenset(
 )
 
 
-def sampler_call_sites(entries: dict[str, Any] = SAMPLER_ENTRIES) -> set[tuple[str, str]]:
+def sampler_call_sites(
+    entries: dict[str, Any] = SAMPLER_ENTRIES, defining: frozenset[str] = DEFINING_MODULES
+) -> set[tuple[str, str]]:
     """Every ``(module, attribute)`` of a loaded beam_dp module that looks up a sampler entry
     point (holds the original function under that name): the production call sites."""
     found = set()
     for module_name, module in list(sys.modules.items()):
         if module is None or not module_name.startswith("beam_dp."):
             continue
-        if module_name in DEFINING_MODULES:
+        if module_name in defining:
             continue
         for attribute, original in entries.items():
             if vars(module).get(attribute) is original:

@@ -62,11 +62,31 @@ import test_end_to_end_audit as e2e
 
 import beam_dp.mechanisms.cdf.release
 from beam_dp.beam.key_selection import SelectCandidates
+from beam_dp.beam.quantiles import PrivateQuantiles
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.randomness import InsecureSeededRandom
+from beam_dp.summaries.quantiles.joint import select_pair
+
+#: The sampler entry points of the call-site audit, and the joint split's pair sampler (its
+#: call site is audited by its own test, but its work is replayed here).
+REPLAY_ENTRIES = {**cs.SAMPLER_ENTRIES, "select_pair": select_pair}
 
 #: The production call sites, found before any recorder replaces a sampler's name.
-CALL_SITES = frozenset(cs.sampler_call_sites())
+CALL_SITES = frozenset(
+    cs.sampler_call_sites(
+        REPLAY_ENTRIES, cs.DEFINING_MODULES | {"beam_dp.summaries.quantiles.joint"}
+    )
+)
+
+#: Call sites whose work ``docs/timing.md`` documents as data dependent and not yet padded:
+#: their replay checks that the difference is still there (and fails once it is fixed, so
+#: that the entry moves to the equal-work replays).
+KNOWN_UNEQUAL = {
+    ("beam_dp.summaries.quantiles.recursive", "select_pair"): (
+        "docs/timing.md, the other samplers: joint.select_pair draws rounds over six pieces "
+        "built from the scores, with an acceptance that depends on the data; not padded"
+    ),
+}
 
 # ------------------------------------------------------------------------ the replay source
 
@@ -170,6 +190,8 @@ def _public_shape(where: tuple[str, str], args: tuple[Any, ...]) -> tuple[Any, .
         return tuple(np.asarray(counts).tolist())
     if attribute == "release_ks_cdf":
         return (len(np.asarray(data)),)
+    if attribute == "select_pair":  # (first, second, rate, source)
+        return (len(data), repr(args[2]))
     return ()
 
 
@@ -208,13 +230,16 @@ def replay(call: Captured, seed: int, released_count: int | None = None) -> Repl
         if released_count is not None:
             patch.setattr(beam_dp.mechanisms.cdf.release, "release_count", held_count)
         patch.setattr(beam_dp.mechanisms.cdf.release, "Sampler", CountedSampler)
-        cs.SAMPLER_ENTRIES[call.where[1]](*call.args, **call.options, rng=source)
+        if call.where[1] == "select_pair":  # the source is its fourth argument
+            select_pair(*call.args[:3], source)
+        else:
+            REPLAY_ENTRIES[call.where[1]](*call.args, **call.options, rng=source)
     counters = Counter(entry[0] for entry in source.log)
     counters["bytes drawn"] = sum(n for kind, n, *_ in source.log if kind == "bytes")
     for work in ks_work:
         for field in dataclasses.fields(work):
             counters[f"ks {field.name}"] += int(getattr(work, field.name))
-    public = repr((_public_shape(call.where, call.args), sorted(call.options.items())))
+    public = repr((_public_shape(call.where, call.args[:3]), sorted(call.options.items())))
     return Replayed(call.where, public, tuple(source.log), tuple(sorted(counters.items())))
 
 
@@ -236,8 +261,11 @@ def replayed(calls: list[Captured], seed: int, released_count: int | None) -> li
 def assert_equal_work(
     first: list[Captured], second: list[Captured], seeds: tuple[int, ...] = (0, 1)
 ) -> None:
-    """The two neighbours' calls, replayed, give equal logs and counters (per call site)."""
+    """The two neighbours' calls, replayed, give equal logs and counters (per call site but
+    those of :data:`KNOWN_UNEQUAL`)."""
     held = _released_count(first)
+    first = [call for call in first if call.where not in KNOWN_UNEQUAL]
+    second = [call for call in second if call.where not in KNOWN_UNEQUAL]
     for seed in seeds:
         a, b = replayed(first, seed, held), replayed(second, seed, held)
         for where in sorted({r.where for r in a} | {r.where for r in b}):
@@ -287,7 +315,15 @@ THOUSAND_LABELS = cs.Site(
     data=ThousandLabels(),  # type: ignore[arg-type]
 )
 
-CASES = {site.name: site for site in (*cs.SITES_UNDER_AUDIT, THOUSAND_LABELS)}
+JOINT_PAIR = cs.Site(
+    "joint_pair",  # two quantiles: the default split is the joint one, one pair node
+    lambda r: PrivateQuantiles.Globally(
+        [0.25, 0.75], interval=False, **cs._values("joint_pair", r)
+    ),
+    (),
+)
+
+CASES = {site.name: site for site in (*cs.SITES_UNDER_AUDIT, THOUSAND_LABELS, JOINT_PAIR)}
 
 #: Every production call site and the cases whose pipelines reach it (each is checked to).
 REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -327,6 +363,7 @@ REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
         "auto_labels",
     ),
     ("beam_dp.beam.cdf", "release_ks_cdf"): ("cdf_count", "cdf_public_n"),
+    ("beam_dp.summaries.quantiles.recursive", "select_pair"): ("joint_pair",),
 }
 
 #: One case per call site for the Hypothesis neighbours (their builds take no data size).
@@ -416,6 +453,22 @@ def test_the_replay_fails_on_key_selection_without_padding(
     )
     with pytest.raises(AssertionError, match="select_keys"):
         assert_equal_work(first, second, seeds=(0,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relation", ["add_remove", "replace"])
+def test_the_joint_pair_still_does_data_dependent_work(
+    capture: list[Captured], relation: str
+) -> None:
+    # KNOWN_UNEQUAL: what docs/timing.md leaves. Replayed from the same seeds, the pair node's
+    # rounds and their requests differ between the neighbours (in 6 of 6 seeds tried); once
+    # the pair sampler is padded this fails, and the call site joins the equal-work replays.
+    where = ("beam_dp.summaries.quantiles.recursive", "select_pair")
+    first, second = run_pair(JOINT_PAIR, relation, cs.UNIFORM, capture)
+    first, second = ([c for c in calls if c.where == where] for calls in (first, second))
+    assert len(first) == len(second) == 1
+    logs = [(replay(first[0], seed).log, replay(second[0], seed).log) for seed in range(4)]
+    assert any(a != b for a, b in logs), KNOWN_UNEQUAL[where]
 
 
 # Hypothesis neighbours: background units (1-3 rows each) and an adversary (unit 42) who is
