@@ -61,8 +61,11 @@ import test_call_sites as cs
 import test_end_to_end_audit as e2e
 
 import beam_dp.mechanisms.cdf.release
+import beam_dp.mechanisms.partition_selection
+import beam_dp.mechanisms.selection
 from beam_dp.beam.key_selection import SelectCandidates
 from beam_dp.beam.quantiles import PrivateQuantiles
+from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.randomness import InsecureSeededRandom
 from beam_dp.summaries.quantiles.joint import select_pair
@@ -452,6 +455,20 @@ def test_the_replay_fails_on_key_selection_without_padding(
         beam_dp.mechanisms.partition_selection, "padded_labels", lambda labels, bound: labels
     )
     with pytest.raises(AssertionError, match="select_keys"):
+        assert_equal_work(first, second, seeds=(0,))
+
+
+def test_the_replay_fails_on_selection_coins_flipped_by_bits(
+    capture: list[Captured], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The replay can fail at a selection too: the coins flipped bit by bit (the selections'
+    # coins before 2026-11-28) read by the bits of each gap.
+    site = CASES["select_top"]
+    first, second = run_pair(site, "add_remove", site.data, capture)
+    monkeypatch.setattr(
+        beam_dp.mechanisms.selection, "bernoulli_exp_multiples", bernoulli_exp_multiples_walk
+    )
+    with pytest.raises(AssertionError, match=r"beam_dp\.beam\.selection"):
         assert_equal_work(first, second, seeds=(0,))
 
 
