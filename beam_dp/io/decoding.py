@@ -42,12 +42,27 @@ becomes null, a bad record, just as it is in a typed column. In other fields a w
 its decimal text (so a label matches ``"42"``) and another float its ``repr`` (``"42.5"``,
 ``"inf"``: still parsed, or rejected, as a number later). A value that is neither a scalar nor
 a decimal becomes null. So no record's identity depends on the other records of its batch.
+
+**Exact JSON numbers.** ``json`` reads a number written with a point or an exponent as the
+nearest double, which past 2**53 is another number (``9007199254740993.0`` would be
+``9007199254740992.0``, and the person ``9007199254740993`` two units). In the privacy-unit
+field such a number is read from its text exactly (the line is parsed again keeping those
+numbers as decimals): a whole number is that integer, as the identity rule reads the same text
+in CSV (``9007199254740993.0``, ``9.007199254740993e15`` and ``9007199254740993`` are one
+person); a fraction, however close to a whole number, a whole number whose integer text would
+be longer than :data:`~beam_dp.batching.hashing.MAX_NUMBER_CHARS` characters (``1e400``), and
+any id on a line holding an exponent past 10**18 are no identifier (a bad record), decided
+in time linear in the line. Integers are exact already (one longer than Python's limit on
+integer text, 4300 digits, makes its line a bad record: not valid JSON). Other fields keep
+``json``'s doubles: values are doubles in the pipeline, and this is the double a CSV reader
+parses from the same text.
 """
 
 from __future__ import annotations
 
 import decimal
 import json
+import math
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,7 +72,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from beam_dp.batching.columns import OnBadRecord
-from beam_dp.batching.hashing import canonical_id_text
+from beam_dp.batching.hashing import MAX_NUMBER_CHARS, canonical_id_text
 from beam_dp.errors import BadRecordError
 from beam_dp.io.framing import OVERSIZE, csv_header, csv_row_runs, jsonl_lines
 
@@ -79,6 +94,10 @@ AVRO_MAX_BLOCK_BYTES = 256 << 20
 _MAX_LIMIT = 1 << 30  # pyarrow parses a run of CSV rows as one block, whose size is an int32
 _CSV_READ_BYTES = 4 << 20  # how much of a CSV file is read (and parsed) at a time
 _JSONL_READ_BYTES = 1 << 20
+_JSON = json.JSONDecoder()
+# a line whose privacy-unit id is written with a point or an exponent is read again with this
+# one, which keeps such numbers as exact decimals (see jsonl_rows)
+_JSON_EXACT = json.JSONDecoder(parse_float=decimal.Decimal)
 
 
 # --- size limits --------------------------------------------------------------------------
@@ -477,6 +496,42 @@ def csv_batches(
         yield from table.to_batches()
 
 
+def _exact_id(number: decimal.Decimal) -> int | float:
+    """A JSON number with a point or an exponent in the privacy-unit field, read exactly.
+
+    A whole number whose integer text has at most :data:`MAX_NUMBER_CHARS` characters is
+    that integer (``9007199254740993.0`` and ``9.007199254740993e15`` are 9007199254740993,
+    as the identity rule reads the same text in CSV); any other number (a fraction, however
+    close to a whole number; a whole number past the limit, ``1e400``) is NaN: no identifier,
+    a bad record. The length is checked from the exponent before any integer is built, so
+    the work is bounded by the token's length.
+    """
+    if number.is_zero():
+        return 0
+    if number.is_signed() + number.adjusted() + 1 > MAX_NUMBER_CHARS:
+        return math.nan  # its integer text would be too long (or it is no whole number)
+    if number.adjusted() < 0 or number != number.to_integral_value():
+        return math.nan
+    return int(number)
+
+
+def _read_ids_exactly(text: str, row: dict[str, Any], identifiers: Collection[str]) -> None:
+    """Put in ``row`` the exact value of each privacy-unit id written with a point or an
+    exponent (``json`` gave a double): the line is parsed again, keeping such numbers as
+    exact decimals, and each is read by :func:`_exact_id`. If that parse fails (an exponent
+    past 10**18 anywhere in the line) those ids are NaN: no identifier, a bad record."""
+    rounded = [c for c in identifiers if type(row.get(c)) is float]
+    if not rounded:
+        return
+    try:
+        exact = _JSON_EXACT.decode(text)
+    except (ValueError, ArithmeticError, RecursionError):
+        exact = {}
+    for column in rounded:
+        value = exact.get(column, math.nan)
+        row[column] = _exact_id(value) if type(value) is decimal.Decimal else value
+
+
 def jsonl_rows(
     path: str,
     handle: Any,
@@ -485,11 +540,16 @@ def jsonl_rows(
     on_bad_record: OnBadRecord,
     limits: ReadLimits | None = None,
     read_bytes: int | None = None,
+    identifiers: Collection[str] = (),
 ) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines file that have every one of ``columns``.
 
     The file is read once, in order, ``read_bytes`` at a time, and cut into lines by
-    :func:`beam_dp.io.framing.jsonl_lines`.
+    :func:`beam_dp.io.framing.jsonl_lines`. Numbers are what ``json`` gives (an int, or
+    the double nearest a number with a point or an exponent), except in the ``identifiers``
+    fields (privacy-unit ids), where a number with a point or an exponent is read exactly
+    (:func:`_exact_id`): ``9007199254740993.0`` is the person ``9007199254740993``, as the
+    same text in CSV, not the double ``9007199254740992.0``.
     """
     limits = limits or ReadLimits()
     limit = limits.jsonl_line_bytes
@@ -521,7 +581,7 @@ def jsonl_rows(
         if not text.strip():
             continue
         try:
-            value = json.loads(text)
+            value = _JSON.decode(text)
         except (ValueError, RecursionError):
             value = _FAILED
         if value is _FAILED:
@@ -548,4 +608,5 @@ def jsonl_rows(
         if missing is not None:
             _bad_record(_missing_field_error(path, missing, f"line {number}"), state, on_bad_record)
             continue
+        _read_ids_exactly(text, value, identifiers)
         yield value

@@ -219,7 +219,15 @@ class _ReadFileFn(beam.DoFn):
         elif self._format == "avro":
             yield from self._avro(path, handle, state)
         elif self._format == "jsonl":
-            rows = jsonl_rows(path, handle, state, self._columns, self._on_bad_record, self._limits)
+            rows = jsonl_rows(
+                path,
+                handle,
+                state,
+                self._columns,
+                self._on_bad_record,
+                self._limits,
+                identifiers=self._identifiers,
+            )
             yield from _chunked_rows(rows, *self._chunking)
         else:  # pragma: no cover - validated at construction
             raise ValueError(self._format)
