@@ -294,8 +294,9 @@ def _event_seconds(column: pa.Array | pa.ChunkedArray, event_format: str) -> np.
     non-finite number, text that is not of the format, a boolean or any other type. No
     value's text ever reaches an exception (a parser's message could quote it).
     """
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+    if isinstance(column, pa.ChunkedArray):  # chunk by chunk: their dictionaries may differ
+        parts = [_event_seconds(chunk, event_format) for chunk in column.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0)
     kind = column.type
     if pa.types.is_dictionary(kind):
         column = column.dictionary_decode()

@@ -92,6 +92,10 @@ def test_seconds_are_numbers_number_text_or_timestamps_and_nothing_else() -> Non
     np.testing.assert_array_equal(
         stream._event_seconds(dictionary, "seconds"), [1800000005.0, np.nan]
     )
+    chunked = pa.chunked_array([dictionary, pa.array(["7", "8"]).dictionary_encode()])
+    np.testing.assert_array_equal(
+        stream._event_seconds(chunked, "seconds"), [1800000005.0, np.nan, 7.0, 8.0]
+    )
 
 
 def test_iso8601_needs_an_explicit_offset_and_a_real_date() -> None:
