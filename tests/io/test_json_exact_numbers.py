@@ -82,11 +82,17 @@ def _is_double(n: int) -> bool:
     return n in _INT64 and float(n) == n and float(n) < 2.0**63
 
 
-def _read(path: Path, fmt: str) -> pa.Array:
-    fn = _ReadFileFn(fmt, ["user"], 1024, "fail", identifiers=["user"])
+def _read(path: Path, fmt: str, batch_rows: int = 1024) -> list[pa.Array]:
+    """The id column of each batch read from ``path``, in order."""
+    fn = _ReadFileFn(fmt, ["user"], batch_rows, "fail", identifiers=["user"])
     metadata = FileSystems.match([str(path)])[0].metadata_list[0]
-    batches = [batch for _, batch in fn.process(fileio.ReadableFile(metadata))]
-    return pa.concat_arrays([batch.column("user") for batch in batches])
+    return [batch.column("user") for _, batch in fn.process(fileio.ReadableFile(metadata))]
+
+
+def _keys(path: Path, fmt: str, unit_ids: UnitIds = "normalize", batch_rows: int = 1024) -> Any:
+    """The identity rule's unit key of each id read from ``path`` and whether it is bad."""
+    read = [canonical_hash64(column, unit_ids) for column in _read(path, fmt, batch_rows)]
+    return np.concatenate([h for h, _ in read]), np.concatenate([b for _, b in read])
 
 
 def _avro(path: Path, kind: Any, values: list[Any]) -> None:
@@ -131,6 +137,11 @@ def _forms(n: int, exact_numbers_only: bool) -> dict[str, tuple[str, Writer]]:
             lambda path, n: pq.write_table(pa.table({"user": pa.array([n], pa.int64())}), path),
         )
         forms["avro long"] = ("avro", lambda path, n: _avro(path, "long", [n]))
+        # a union of two types: read by fastavro, not the native reader
+        forms["avro union long"] = (
+            "avro",
+            lambda path, n: _avro(path, ["null", "long", "string"], [n]),
+        )
     if 0 <= n < 2**64:
         forms["parquet uint64"] = (
             "parquet",
@@ -158,6 +169,10 @@ def _forms(n: int, exact_numbers_only: bool) -> dict[str, tuple[str, Writer]]:
             ),
         )
         forms["avro double"] = ("avro", lambda path, n: _avro(path, "double", [float(n)]))
+        forms["avro union double"] = (
+            "avro",
+            lambda path, n: _avro(path, ["null", "double", "string"], [float(n)]),
+        )
     return forms
 
 
@@ -171,7 +186,7 @@ def _unit_keys(tmp_path: Path, unit_ids: UnitIds) -> dict[int, dict[str, int | N
         ):
             path = tmp_path / f"p{person}-{number}.{fmt}"
             write(path, n)
-            hashes, bad = canonical_hash64(_read(path, fmt), unit_ids)
+            hashes, bad = _keys(path, fmt, unit_ids)
             assert len(hashes) == 1
             keys[n][name] = None if bad[0] else int(hashes[0])
     return keys
@@ -194,6 +209,23 @@ def test_every_form_of_an_id_in_every_format_is_one_unit(tmp_path: Path) -> None
     keys = _unit_keys(tmp_path, "normalize")
     assert _disagreements(keys) == []
     assert sum(len(forms) for forms in keys.values()) > 30 * len(PEOPLE)
+
+
+def test_json_forms_mixed_in_one_file_read_as_they_do_alone(tmp_path: Path) -> None:
+    # every JSON spelling of every person in one file, three lines to a batch: numbers,
+    # integers past int64 and text share batches (the column is then built value by value)
+    lines = [
+        (n, f'{{"user": {token}}}\n')
+        for n in PEOPLE
+        for token in [*_number_texts(n), *(json.dumps(t) for t in _padded_texts(n))]
+    ]
+    lines = lines[::2] + lines[1::2]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(line for _, line in lines))
+    hashes, bad = _keys(path, "jsonl", batch_rows=3)
+    assert not bad.any()
+    expected, _ = canonical_hash64([n for n, _ in lines])
+    assert hashes.tolist() == expected.tolist()
 
 
 def test_under_the_exact_rule_a_json_number_is_its_number_whatever_its_spelling(
@@ -336,7 +368,7 @@ def test_a_long_number_is_read_exactly_and_quickly(tmp_path: Path) -> None:
     path = tmp_path / "long.jsonl"
     path.write_text(f'{{"user": {one}}}\n{{"user": {near_one}}}\n')
     started = time.monotonic()
-    hashes, bad = canonical_hash64(_read(path, "jsonl"))
+    hashes, bad = _keys(path, "jsonl")
     assert bad.tolist() == [False, True]
     assert hashes[0] == canonical_hash64([1])[0][0]
     assert time.monotonic() - started < 10
