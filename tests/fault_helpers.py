@@ -31,3 +31,29 @@ class MarkFirstRelease(distributed.WorkerPlugin):  # type: ignore[misc]
 
         to_dict.marks = marker  # type: ignore[attr-defined]
         module.Release.to_dict = to_dict  # type: ignore[method-assign]
+
+
+def slow_file_moves(seconds: float) -> None:
+    """In this process, every ``os.rename`` and ``os.replace`` first waits ``seconds`` (a slow
+    file system), so that a test can kill a job while it moves its outputs into place."""
+    import time
+
+    def slowed(move: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(seconds)
+            return move(*args, **kwargs)
+
+        return call
+
+    os.rename = slowed(os.rename)
+    os.replace = slowed(os.replace)
+
+
+def run_job_slowly(module: str, seconds: float, argv: list[str]) -> None:
+    """Run ``python -m <module> argv`` in this process with :func:`slow_file_moves`."""
+    import runpy
+    import sys
+
+    slow_file_moves(seconds)
+    sys.argv = [module, *argv]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
