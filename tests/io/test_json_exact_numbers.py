@@ -263,7 +263,7 @@ def test_two_shards_of_the_same_people_are_bounded_as_those_people(tmp_path: Pat
             | beam.Map(num_rows)
             | beam.CombineGlobally(sum)
         )
-        assert_that(kept, equal_to([50]))  # one row per person; rounded to doubles: 75
+        assert_that(kept, equal_to([50]))  # one row per person (76 when ids were doubles)
 
 
 # --- values still decode to the numbers the pipeline expects --------------------------------
