@@ -29,6 +29,10 @@ one of each did**. Three parts (issue 21 weighed the candidates; this is the cho
    stay on a worker's disk. On every runner but the in-process DirectRunner, a probe job
    (:func:`check_temp_location`) runs the same check before the ledger is charged and before
    any data is read. The scratch directory is deleted when the job ends, whatever happens.
+   On a local file system it is made 0700 and its files 0600 whatever the umask (a run
+   killed after its commit step leaves samples no other user can read), and its name records
+   its owner (host, process id and start time): the next job to use the same location
+   removes the scratch directories of owners that have ended, never a live job's.
 
 Not chosen: retry-stable randomness (a release's bits derived from a per-run secret and the
 release's identity, so that a recomputed task draws the same sample). Beam has no channel to
@@ -43,12 +47,19 @@ running pipeline a failure may name (:mod:`pipelines.cli`).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import secrets
+import shutil
+import signal
+import socket
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -81,8 +92,10 @@ __all__ = [
     "PlannedRelease",
     "ReleaseCheckError",
     "TempLocationError",
+    "WorkerLostError",
     "check_releases",
     "check_temp_location",
+    "run_pipeline",
     "run_releases",
     "wait_for",
     "write_document",
@@ -100,6 +113,10 @@ _DIRECT_NAMES = frozenset({"direct", "directrunner", "switchingdirectrunner"})
 
 class TempLocationError(BeamDPError, RuntimeError):
     """A worker cannot see the job's scratch location (one line, public: a path)."""
+
+
+class WorkerLostError(BeamDPError, RuntimeError):
+    """A worker process of the pipeline ended while it ran (one line, public: no value)."""
 
 
 class ReleaseCheckError(BeamDPError, RuntimeError):
@@ -235,6 +252,11 @@ class _CommitReleases(beam.DoFn):
         final = FileSystems.join(self._scratch, _RELEASES_FILE)
         partial = FileSystems.join(self._scratch, f".{uuid.uuid4().hex}.partial")
         text = json.dumps(sorted(gathered, key=json.dumps), sort_keys=True)
+        if _is_local(self._scratch):  # 0600; the rename replaces an earlier attempt's file
+            _write_private(partial, text.encode("utf-8"))
+            os.replace(partial, final)
+            yield final
+            return
         with FileSystems.create(partial) as handle:
             handle.write(text.encode("utf-8"))
         if FileSystems.exists(final):  # an earlier attempt committed: this one replaces it
@@ -256,17 +278,90 @@ def _scratch_root(options: PipelineOptions) -> str:
     return options.get_all_options().get("temp_location") or tempfile.gettempdir()
 
 
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """Create ``path`` readable and writable by this user only (0600 whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time (``/proc/<pid>/stat`` field 22), ``"0"`` without ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return "0"
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname()) or "host"
+
+
+def _owner() -> str:
+    """This process as a scratch directory's name records it: ``<host>-<pid>-<start time>``
+    (the host's dots and underscores made dashes)."""
+    return f"{_host().replace('.', '-')}-{os.getpid()}-{_start_time(os.getpid())}"
+
+
+_SCRATCH_NAME = re.compile(r"^beam_dp_(?:releases|probe)_(.+)-(\d+)-(\d+)_[0-9a-f]{32}$")
+
+
+def _owner_gone(name: str) -> bool:
+    """Whether the scratch directory ``name`` belongs to a process of this host that ended
+    (never True when unsure: another host's, a name that does not parse, no ``/proc``)."""
+    found = _SCRATCH_NAME.match(name)
+    if found is None or found.group(1) != _host().replace(".", "-"):
+        return False
+    pid, started = int(found.group(2)), found.group(3)
+    if started == "0" or not os.path.isdir("/proc"):
+        return False
+    return _start_time(pid) != started  # "0" once it is gone, another if the pid was reused
+
+
+def _remove_dead_scratch(root: str) -> None:
+    """Remove the scratch directories that ended jobs left in a local ``root``: a run killed
+    after its commit step left its sampled releases there (readable by this user only)."""
+    if not _is_local(root):
+        return
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            if _owner_gone(name):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
 def _new_scratch(options: PipelineOptions, prefix: str) -> tuple[str, str]:
-    """A fresh scratch directory with the driver's token in it: (directory, token)."""
-    scratch = FileSystems.join(_scratch_root(options), f"{prefix}_{uuid.uuid4().hex}")
+    """A fresh scratch directory with the driver's token in it: (directory, token).
+
+    Locally it is 0700 and the token 0600 (module docstring, part 3); the scratch directories
+    of ended jobs in the same location are removed first.
+    """
+    root = _scratch_root(options)
+    scratch = FileSystems.join(root, f"{prefix}_{_owner()}_{uuid.uuid4().hex}")
     token = secrets.token_hex(16)
     try:
-        FileSystems.mkdirs(scratch)
-        with FileSystems.create(FileSystems.join(scratch, _TOKEN_FILE)) as handle:
-            handle.write(token.encode("utf-8"))
+        if _is_local(root):
+            _remove_dead_scratch(root)
+            os.makedirs(root, exist_ok=True)
+            os.mkdir(scratch, 0o700)
+            os.chmod(scratch, 0o700)
+            _write_private(os.path.join(scratch, _TOKEN_FILE), token.encode("utf-8"))
+        else:
+            FileSystems.mkdirs(scratch)
+            with FileSystems.create(FileSystems.join(scratch, _TOKEN_FILE)) as handle:
+                handle.write(token.encode("utf-8"))
     except Exception:
         raise TempLocationError(
-            f"cannot write the job's temporary location {_scratch_root(options)} (check "
+            f"cannot write the job's temporary location {root} (check "
             "--temp_location, its file system and access to it)"
         ) from None
     return scratch, token
@@ -274,7 +369,12 @@ def _new_scratch(options: PipelineOptions, prefix: str) -> tuple[str, str]:
 
 def _remove(scratch: str) -> None:
     try:
-        FileSystems.delete([scratch])
+        if _is_local(scratch):
+            shutil.rmtree(scratch)
+        else:
+            FileSystems.delete([scratch])
+    except FileNotFoundError:
+        pass
     except Exception:  # never hide the job's own error; name the (public) directory
         LOG.warning("could not remove the temporary directory %s", scratch)
 
@@ -316,7 +416,7 @@ def check_temp_location(options: PipelineOptions) -> None:
             | "SeeToken" >> beam.ParDo(_Probe(scratch, token))
         )
         try:
-            wait_for(pipeline.run())
+            run_pipeline(pipeline)
         except Exception:
             raise TempLocationError(
                 f"the workers cannot see the temporary location {_scratch_root(options)}: give "
@@ -325,6 +425,150 @@ def check_temp_location(options: PipelineOptions) -> None:
             ) from None
     finally:
         _remove(scratch)
+
+
+_WORKER_LOST = (
+    "a worker process of the pipeline ended while it ran (killed, or out of memory): the job "
+    "stopped its other workers and published nothing"
+)
+#: How long a lost worker's siblings get to end once killed (they are SIGKILLed).
+_WORKER_STOP_SECONDS = 10.0
+
+
+class _WorkerWatch:
+    """What the job's SDK worker processes did during one run (one job runs at a time)."""
+
+    def __init__(self) -> None:
+        self.lost = threading.Event()
+
+
+_WATCH = _WorkerWatch()
+
+
+def _descendants() -> list[int]:
+    """The processes this process started, directly or not (from ``/proc``; [] without)."""
+    parents: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with (
+                    contextlib.suppress(OSError, IndexError, ValueError),
+                    open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as stat,
+                ):
+                    parents[int(name)] = int(stat.read().rsplit(")", 1)[-1].split()[1])
+    found, frontier = [], [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def _kill_sdk_workers() -> None:
+    """SIGKILL every SDK worker process this job started (``sdk_worker_main`` and its shell)."""
+    for pid in _descendants():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read()
+        except OSError:
+            continue
+        if b"sdk_worker_main" in command:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _watched_worker_handler() -> type:
+    """Beam's handler of a subprocess SDK worker (``--direct_running_mode multi_processing``),
+    watched: Beam's own raises in a thread of its own when the worker's process ends with an
+    error (a raw traceback on stderr) and tells no one, so the runner waits for the dead
+    worker forever (issue 36: no exit after 420 s). This one, when a worker's process ends
+    with an error before the runner stopped it, marks the run's workers lost, fails every
+    request the runner is waiting for from that worker (its control and data channels), and,
+    when the runner then closes its workers, kills the others instead of waiting for them."""
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    class WatchedSubprocessWorker(worker_handlers.SubprocessSdkWorkerHandler):
+        def start_worker(self) -> None:
+            self._stopping = False
+            self.worker = local_job_service.SubprocessSdkWorker(
+                self._worker_command_line, self.control_address, self.provision_info,
+                self.worker_id,
+            )  # fmt: skip
+            self.worker_thread = threading.Thread(
+                name="beam_dp_sdk_worker", target=self._run_worker, daemon=True
+            )
+            self.worker_thread.start()
+
+        def _run_worker(self) -> None:
+            try:
+                self.worker.run()  # returns when the worker's process ends with status 0
+            except Exception:  # it ended with an error status (its text: a status, no value)
+                if self._stopping:
+                    return
+                _WATCH.lost.set()
+                lost = WorkerLostError(_WORKER_LOST)
+                self.control_conn.abort(lost)
+                # the runner also waits on the worker's data; its channel fails the wait
+                self.data_conn._exception = lost
+
+        def stop_worker(self) -> None:
+            self._stopping = True
+            if _WATCH.lost.is_set():
+                _kill_sdk_workers()
+            self.worker_thread.join(_WORKER_STOP_SECONDS if _WATCH.lost.is_set() else None)
+
+    return WatchedSubprocessWorker
+
+
+@contextlib.contextmanager
+def _watching_workers() -> Iterator[_WorkerWatch]:
+    """While a pipeline runs: subprocess SDK workers are watched (:func:`_watched_worker_handler`)
+    and, once one is lost, the runner's threads that fail because of it print nothing."""
+    from apache_beam.portability import python_urns
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    registry = worker_handlers.WorkerHandler._registered_environments
+    urn = python_urns.SUBPROCESS_SDK
+    saved, saved_hook = registry.get(urn), threading.excepthook
+    _WATCH.lost.clear()
+
+    def quiet_once_lost(args: Any) -> None:
+        if not _WATCH.lost.is_set():
+            saved_hook(args)
+
+    registry[urn] = (_watched_worker_handler(), bytes)
+    threading.excepthook = quiet_once_lost
+    try:
+        yield _WATCH
+    finally:
+        if saved is None:
+            registry.pop(urn, None)
+        else:
+            registry[urn] = saved
+        threading.excepthook = saved_hook
+        if _WATCH.lost.is_set():
+            _kill_sdk_workers()
+
+
+def run_pipeline(pipeline: beam.Pipeline) -> Any:
+    """Run a pipeline and wait until it ends (:func:`wait_for`); return its result.
+
+    A multi-process DirectRunner's worker that dies (killed, out of memory) ends the run
+    within seconds with :class:`WorkerLostError` instead of a wait without end, and leaves
+    no worker process behind.
+
+    Raises:
+        WorkerLostError: a worker process ended while the pipeline ran (one line).
+    """
+    with _watching_workers() as watch:
+        try:
+            return wait_for(pipeline.run())
+        except Exception:
+            if watch.lost.is_set():
+                raise WorkerLostError(_WORKER_LOST) from None
+            raise
 
 
 def wait_for(result: Any) -> Any:
@@ -448,7 +692,7 @@ def run_releases(
         STATE.phase = "run"
         started = time.monotonic()
         LOG.info("running %d stage(s): %s", len(top), shown)
-        result = wait_for(pipeline.run())
+        result = run_pipeline(pipeline)
         LOG.info(
             "the pipeline finished in %.1f s; %d stage(s) done: %s",
             time.monotonic() - started,
