@@ -582,10 +582,23 @@ def _manifest(document: Mapping[str, Any], files: Mapping[str, bytes]) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
-def write_outputs(document: Mapping[str, Any], output: str | os.PathLike[str]) -> str:
+def write_outputs(
+    document: Mapping[str, Any],
+    output: str | os.PathLike[str],
+    *,
+    extra_files: Mapping[str, bytes] | None = None,
+) -> str:
     """Write every output file and the manifest into ``output`` (a directory or a
-    ``scheme://`` location), all or nothing (module docstring); return ``output``."""
+    ``scheme://`` location), all or nothing (module docstring); return ``output``.
+
+    ``extra_files`` (name: bytes) are published with them, under the same manifest (the
+    stream job's ``releases.jsonl``); they may not take the name of an output file.
+    """
     files = output_files(document)
+    for name in extra_files or {}:
+        if name in files or name == MANIFEST_FILE or "/" in name or name.startswith("."):
+            raise ValueError(f"'extra_files' may not hold a file named {name!r}")
+    files.update(extra_files or {})
     manifest = _manifest(document, files)
     target = os.fspath(output)
     if "://" not in target:
@@ -665,20 +678,21 @@ def _check_file(location: str, manifest: Mapping[str, Any], name: str, data: byt
 def check_release(output: str | os.PathLike[str]) -> str | None:
     """Check that ``output`` holds one whole release; return its run's id.
 
-    Whole: :data:`MANIFEST_FILE` is there, names exactly :data:`OUTPUT_FILES`, and each file's
-    size and SHA-256 match it.
+    Whole: :data:`MANIFEST_FILE` is there, names :data:`OUTPUT_FILES` (and any extra file
+    published with them), and each file's size and SHA-256 match it.
 
     Raises:
         IncompleteReleaseError: naming the location and the file, never a value.
     """
     location = os.fspath(output)
     manifest = _manifest_of(location)
-    if sorted(manifest.get("files", {})) != sorted(OUTPUT_FILES):
+    named = sorted(manifest.get("files", {}))
+    if not set(OUTPUT_FILES) <= set(named):
         raise IncompleteReleaseError(
             f"{location} holds no whole release: its {MANIFEST_FILE} does not name "
             f"{', '.join(OUTPUT_FILES)}"
         )
-    for name in OUTPUT_FILES:
+    for name in named:
         try:
             data = _read(FileSystems.join(location, name))
         except Exception:

@@ -312,3 +312,16 @@ def test_the_staging_folder_is_private_until_it_is_published(tmp_path: Path) -> 
         assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o775
     finally:
         os.umask(previous)
+
+
+def test_extra_files_are_published_under_the_same_manifest(tmp_path: Path) -> None:
+    """The stream job's ``releases.jsonl`` rides with the three files, all or nothing."""
+    target = tmp_path / "out"
+    write_outputs(_run_document("r1"), target, extra_files={"releases.jsonl": b"{}\n"})
+    assert (target / "releases.jsonl").read_bytes() == b"{}\n"
+    assert check_release(target) == "r1"
+    (target / "releases.jsonl").write_bytes(b"")
+    with pytest.raises(IncompleteReleaseError, match=r"releases\.jsonl is not the file"):
+        check_release(target)
+    with pytest.raises(ValueError, match=r"'extra_files' may not hold a file named 'report\.html'"):
+        write_outputs(_run_document("r2"), target, extra_files={"report.html": b""})
