@@ -31,7 +31,9 @@ some of a run's files, whenever the writing process is killed.
 * **A directory shared with other files** (``make run`` keeps its ledger in ``out/``) cannot be
   replaced whole without moving files that are not the release's: the release's files are
   then moved in one by one under the manifest rule above (old manifest out first, new one in
-  last), and the other files are never touched.
+  last), and the other files are never touched. So is a directory that cannot be renamed (a
+  mount point), and one whose parent this process may not write (the release is then staged
+  in a hidden ``.partial-*`` directory inside it).
 
 ``release.avro`` holds typed records, one per release, that fastavro, polars and pyarrow read
 without parsing JSON: the value in the column of its kind (``value_number``, ``value_integer``,
@@ -259,6 +261,11 @@ def remove_stale_staging(output: str | os.PathLike[str]) -> list[str]:
             if _stale_owner(name, f".{path.name}.{kind}-"):
                 shutil.rmtree(path.parent / name, ignore_errors=True)
                 removed.append(os.fspath(path.parent / name))
+    with contextlib.suppress(OSError):
+        for name in os.listdir(path):  # staged inside an output whose parent was not writable
+            if _stale_owner(name, f".{_PARTIAL}-"):
+                shutil.rmtree(path / name, ignore_errors=True)
+                removed.append(os.fspath(path / name))
     return removed
 
 
@@ -316,30 +323,40 @@ def _exchange(first: Path, second: Path) -> bool:
     raise OSError(code, os.strerror(code), os.fspath(second))
 
 
+#: What rename(2) answers for a directory it cannot move (a mount point, another device).
+_CANNOT_MOVE = (errno.EBUSY, errno.EXDEV)
+
+
 def _publish_folder(staging: Path, target: Path) -> None:
     """Make ``staging``'s files the release at ``target`` (module docstring)."""
     names = set(os.listdir(staging))
+    inside = staging.parent == target  # staged inside: the parent was not writable
     try:
-        present = set(os.listdir(target))
+        present = set(os.listdir(target)) - {staging.name}
     except FileNotFoundError:
         present = set()
-    if not present:  # absent, or an empty directory (which rename(2) replaces)
+    if not present and not inside:  # absent, or an empty directory (rename(2) replaces it)
         try:
             os.rename(staging, target)
             return
-        except OSError as error:  # another writer made it meanwhile: publish beside it
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+        except OSError as error:  # made meanwhile, or a mount point: publish in it
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY, *_CANNOT_MOVE):
                 raise
             present = set(os.listdir(target))
-    if present <= names | set(OUTPUT_FILES) | {MANIFEST_FILE}:  # a release's own folder
-        if _exchange(staging, target):
-            shutil.rmtree(staging, ignore_errors=True)  # now the replaced release
+    if not inside and present <= names | set(OUTPUT_FILES) | {MANIFEST_FILE}:
+        try:  # a release's own folder: replaced whole
+            if _exchange(staging, target):
+                shutil.rmtree(staging, ignore_errors=True)  # now the replaced release
+                return
+            aside = target.parent / f".{target.name}.{_REPLACED}-{_owner()}_{uuid.uuid4().hex}"
+            os.rename(target, aside)
+        except OSError as error:  # a mount point: nothing moved, publish in it
+            if error.errno not in _CANNOT_MOVE:
+                raise
+        else:
+            os.rename(staging, target)
+            shutil.rmtree(aside, ignore_errors=True)
             return
-        aside = target.parent / f".{target.name}.{_REPLACED}-{_owner()}_{uuid.uuid4().hex}"
-        os.rename(target, aside)
-        os.rename(staging, target)
-        shutil.rmtree(aside, ignore_errors=True)
-        return
     # A directory shared with other files: the release's files one by one, manifest rule.
     with contextlib.suppress(FileNotFoundError):
         os.remove(target / MANIFEST_FILE)
@@ -366,8 +383,15 @@ def atomic_output_dir(output_dir: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(output_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(target)
-    staging = target.parent / f".{target.name}.{_PARTIAL}-{_owner()}_{uuid.uuid4().hex}"
-    os.mkdir(staging, 0o700)
+    tag = f"{_PARTIAL}-{_owner()}_{uuid.uuid4().hex}"
+    staging = target.parent / f".{target.name}.{tag}"
+    try:
+        os.mkdir(staging, 0o700)
+    except PermissionError:  # the output is writable, its parent not: stage inside it
+        if not target.is_dir():
+            raise
+        staging = target / f".{tag}"
+        os.mkdir(staging, 0o700)
     try:
         os.chmod(staging, 0o700)
         yield staging

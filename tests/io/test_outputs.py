@@ -325,3 +325,38 @@ def test_extra_files_are_published_under_the_same_manifest(tmp_path: Path) -> No
         check_release(target)
     with pytest.raises(ValueError, match=r"'extra_files' may not hold a file named 'report\.html'"):
         write_outputs(_run_document("r2"), target, extra_files={"report.html": b""})
+
+
+def test_an_output_that_cannot_be_renamed_or_staged_beside_gets_its_files_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount point (rename(2): EBUSY) and an output whose parent is not writable still get
+    a whole release, under the manifest rule, and nothing staged is left."""
+    import errno
+
+    target = tmp_path / "out"
+    write_outputs(_run_document("r1"), target)
+    real_mkdir, real_rename = os.mkdir, os.rename
+
+    def no_sibling(path: object, *args: object) -> None:
+        if Path(str(path)).parent == tmp_path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        real_mkdir(path, *args)  # type: ignore[arg-type]
+
+    def busy(source: object, destination: object) -> None:
+        if Path(str(source)) == target:
+            raise OSError(errno.EBUSY, "Device or resource busy", str(source))
+        real_rename(source, destination)  # type: ignore[arg-type]
+
+    def exchange_busy(first: Path, second: Path) -> bool:
+        raise OSError(errno.EBUSY, "Device or resource busy", str(second))
+
+    monkeypatch.setattr(os, "rename", busy)
+    monkeypatch.setattr(outputs, "_exchange", exchange_busy)
+    write_outputs(_run_document("r2"), target)
+    assert check_release(target) == "r2"
+    monkeypatch.setattr(os, "mkdir", no_sibling)
+    write_outputs(_run_document("r3"), target)
+    assert check_release(target) == "r3"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in target.iterdir()) == sorted([*OUTPUT_FILES, MANIFEST_FILE])
