@@ -71,6 +71,11 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   So no person's records are in more than ``max_windows_per_unit`` published windows across
   any sequence of kills and restarts. Windows keep their budget share
   (``budget / max_windows_per_unit``) whatever the run.
+* **A private state.** ``--state`` holds releases not yet published (``scratch/<run>/``):
+  on a local filesystem the job makes ``--state`` (if it is missing) and every folder in it
+  mode 0700, and every file it writes there (its ``.partial`` file too, before a byte is
+  written) mode 0600, whatever the umask; each file is written whole beside its final name
+  and renamed into place. On an object store the bucket's access rules apply.
 
 The DirectRunner cannot watch files (Beam's unbounded file source needs Prism, which fails
 offline): run it on Flink (``make engines``; ``--runner FlinkRunner --flink_version 1.19``).
@@ -82,6 +87,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -171,10 +177,54 @@ class WindowClock:
 # ---------------------------------------------------------------------------- state
 
 
+def private_folder(location: str) -> None:
+    """Make ``location`` if it is missing: on a local filesystem mode 0700 whatever the umask
+    (its missing parents as the umask gives them); object stores have no folders to make."""
+    if "://" in location:
+        return
+    folder = Path(location)
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:  # made meanwhile (a worker, or this job's other thread)
+        return
+    os.chmod(folder, 0o700)
+
+
+def write_whole(final: str, data: bytes) -> None:
+    """Write ``final`` whole: ``data`` into a ``.partial`` file beside it, renamed into place.
+
+    On a local filesystem the partial file is created 0600 (``fchmod``: whatever the umask)
+    before a byte is written, is on disk before the rename, and replaces ``final`` in one
+    ``rename(2)``. Elsewhere through Beam's filesystems (the store's own access rules).
+    """
+    partial = final + f".{uuid.uuid4().hex}.partial"
+    if "://" not in final:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(partial, final)
+        return
+    with FileSystems.create(partial) as handle:
+        handle.write(data)
+    if FileSystems.exists(final):
+        FileSystems.delete([final])
+    FileSystems.rename([partial], [final])
+
+
 class StreamState:
     """The job's state location (any Beam filesystem): what the job is, and per window what
-    was granted and published. Written by this process only; read by the workers' admission
-    step (the grants). Every file is written whole and renamed into place."""
+    was granted and published. Written by this process only (the workers write the scratch
+    files); read by the workers' admission step (the grants). Every file is written whole and
+    renamed into place, private on a local filesystem (:func:`write_whole`)."""
 
     def __init__(self, location: str) -> None:
         self.location = location.rstrip("/")
@@ -190,16 +240,9 @@ class StreamState:
             return json.loads(handle.read().decode("utf-8"))
 
     def write(self, value: Any, *parts: str) -> None:
-        final = self.path(*parts)
-        partial = final + f".{uuid.uuid4().hex}.partial"
-        folder = self.path(*parts[:-1]) if len(parts) > 1 else self.location
-        if "://" not in final and not FileSystems.exists(folder):
-            FileSystems.mkdirs(folder)
-        with FileSystems.create(partial) as handle:
-            handle.write(json.dumps(value, sort_keys=True).encode("utf-8"))
-        if FileSystems.exists(final):
-            FileSystems.delete([final])
-        FileSystems.rename([partial], [final])
+        for depth in range(len(parts)):  # the location and each folder on the way: private
+            private_folder(self.path(*parts[:depth]) if depth else self.location)
+        write_whole(self.path(*parts), json.dumps(value, sort_keys=True).encode("utf-8"))
 
     def window(self, index: int) -> dict[str, Any] | None:
         found = self.read("windows", f"{index}.json")
@@ -432,13 +475,9 @@ class CommitWindow(beam.DoFn):
         start = float(window.start) - self._clock.lateness
         index = self._clock.index(start + _MICRO)
         final = FileSystems.join(self._scratch, f"{index}.json")
-        partial = final + f".{uuid.uuid4().hex}.partial"
         text = json.dumps({"window": index, "releases": sorted(gathered, key=json.dumps)})
-        with FileSystems.create(partial) as handle:
-            handle.write(text.encode("utf-8"))
-        if FileSystems.exists(final):
-            FileSystems.delete([final])
-        FileSystems.rename([partial], [final])
+        private_folder(self._scratch)
+        write_whole(final, text.encode("utf-8"))
         yield final
 
 
@@ -912,9 +951,10 @@ def run(
     job_id, known, attempts = _open_state(state, identity)
     attempt = max(attempts, default=0) + 1
     scratch = state.scratch(attempt)
-    for location in (scratch, args.output):
-        if "://" not in location and not FileSystems.exists(location):
-            FileSystems.mkdirs(location)
+    private_folder(state.path("scratch"))
+    private_folder(scratch)
+    if "://" not in args.output and not FileSystems.exists(args.output):
+        FileSystems.mkdirs(args.output)
     job = StreamJob(
         specs=specs,
         transforms=transforms,
