@@ -14,15 +14,33 @@ Only known messages that a user cannot act on are dropped, by exact text: Beam's
 partition-size warnings, Dask's own partition warnings, its dashboard's "port already in
 use" warning and its nanny's "worker process still alive" at shutdown; Dask's
 ``distributed`` INFO chatter (scheduler and worker start-up) is raised to WARNING.
+
+A job run from the command line goes further once its flags are parsed
+(:func:`divert_stderr`, unless ``--show_tracebacks_unsafe``): the process's file descriptor 2
+is pointed at a file of the run's temporary directory, so that whatever else writes there
+(Beam's SDK harness printing a failed bundle's traceback, the root logger that Beam's portable
+runner relays job messages through, processes the job starts: SDK workers, Dask's, a job
+server's JVM, native libraries) never reaches the terminal. Our own lines (the ``beam_dp``
+loggers: progress, public facts) and the one ``error:`` line still do (:func:`say`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
+from typing import TextIO
 
-__all__ = ["ENVIRONMENT", "LOG_FORMAT", "QUIET_ENV", "quiet_third_party"]
+__all__ = [
+    "ENVIRONMENT",
+    "LOG_FORMAT",
+    "QUIET_ENV",
+    "divert_stderr",
+    "quiet_third_party",
+    "say",
+    "stderr_diverted",
+]
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 QUIET_ENV = "BEAM_DP_QUIET_CLI"
@@ -81,3 +99,46 @@ def quiet_third_party() -> None:
     # the worker processes its local cluster spawns; a user's own setting wins.
     os.environ.setdefault(_DASK_LOGGING, "warning")
     os.environ[QUIET_ENV] = "1"  # inherited by the processes a runner spawns
+
+
+# The terminal once descriptor 2 is diverted: a stream on a copy of the original descriptor 2
+# (at most one; diverted once, for the process's life).
+_terminal: list[TextIO] = []
+
+
+def divert_stderr(log_path: str) -> None:
+    """Point descriptor 2 at ``log_path`` (created 0600) for the rest of the process.
+
+    Called once a job run as a program has parsed its flags. ``sys.stderr`` writes to
+    descriptor 2, so Python's writes follow it, and so do the processes started from now (they
+    inherit it). Records of the ``beam_dp`` loggers are written to the terminal by a handler
+    of their own, and still reach every other handler (the root logger's writes to the file).
+    Not undone when the job ends: Beam's exit handlers, its harness threads and a job server's
+    shutdown may still write after our last line. Idempotent.
+    """
+    if _terminal:
+        return
+    sys.stderr.flush()
+    terminal_fd = os.dup(2)  # not inheritable (PEP 446): no process the job starts gets it
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(log_fd, 2)  # inheritable: what the job starts from now writes to the file
+    finally:
+        os.close(log_fd)
+    terminal = os.fdopen(terminal_fd, "w", buffering=1, encoding="utf-8", errors="replace")
+    handler = logging.StreamHandler(terminal)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    logging.getLogger("beam_dp").addHandler(handler)
+    _terminal.append(terminal)
+
+
+def stderr_diverted() -> bool:
+    """Whether :func:`divert_stderr` ran in this process."""
+    return bool(_terminal)
+
+
+def say(line: str) -> None:
+    """Write ``line`` to the terminal: descriptor 2 as it was before a diversion."""
+    stream = _terminal[0] if _terminal else sys.stderr
+    stream.write(line + "\n")
+    stream.flush()

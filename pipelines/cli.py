@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,13 @@ from beam_dp import BeamDPError, telemetry
 from pipelines import _terminal
 from pipelines._state import SKIP_HINT_CONFIG, SKIP_HINT_FLAG, STATE
 
-__all__ = ["SKIP_HINT_CONFIG", "SKIP_HINT_FLAG", "cli", "configure_logging", "failure_message"]
+__all__ = [
+    "SKIP_HINT_CONFIG",
+    "SKIP_HINT_FLAG",
+    "cli",
+    "configure_logging",
+    "failure_message",
+]
 
 _LIBRARY_SKIP_HINT = re.compile(r"on_bad_record='skip'")
 
@@ -38,12 +45,70 @@ _UNSAFE_HINT = (
 
 
 def configure_logging(*, exact_counts: bool, show_tracebacks: bool) -> None:
-    """Under :func:`cli`: library logs at INFO only with exact counts; Beam's only if unsafe."""
+    """Under :func:`cli`: library logs at INFO only with exact counts; Beam's only if unsafe.
+
+    A job run as a program (``python -m pipelines.<job>``) also diverts descriptor 2 to a
+    file of its run's temporary directory here, once its flags are parsed, unless
+    ``show_tracebacks`` (:func:`pipelines._terminal.divert_stderr`).
+    """
     logging.getLogger("beam_dp").setLevel(logging.INFO if exact_counts else logging.WARNING)
     # Beam logs a failing step's exception (which may quote a record) at ERROR.
     logging.getLogger("apache_beam").setLevel(
         logging.NOTSET if show_tracebacks else logging.CRITICAL
     )
+    # Enabled for _HarnessFailures, which drops its records unless show_tracebacks.
+    harness_level = logging.NOTSET if show_tracebacks else logging.ERROR
+    logging.getLogger(_HARNESS_LOGGER).setLevel(harness_level)
+    if _divert_into and not show_tracebacks:
+        _terminal.divert_stderr(_divert_into[0])
+
+
+# Set by cli() while a job that is the program runs: the file descriptor 2 is diverted to.
+_divert_into: list[str] = []
+
+# Beam's SDK harness logs a failed bundle on this logger, while it handles the exception.
+_HARNESS_LOGGER = "apache_beam.runners.worker.sdk_worker"
+
+
+class _HarnessFailures(logging.Filter):
+    """Keeps the first of our own errors that failed a bundle in this process's SDK harness.
+
+    A portable runner (Flink, Spark) reports a failed bundle to the job as text, relayed from
+    the harness; with a harness in the job's process (LOOPBACK), the exception object itself is
+    at hand when the harness logs the failure: the first :class:`beam_dp.BeamDPError` of its
+    chain (an object of our class, not text that a value could imitate) gives the job's
+    ``error:`` line what it gives on the DirectRunner. The record itself is dropped, unless
+    ``--show_tracebacks_unsafe``: its text is the bundle's traceback.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: BeamDPError | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.first is None:
+            self.first = _own_error_in(sys.exc_info()[1])
+        return STATE.show_tracebacks
+
+
+def _own_error_in(error: BaseException | None) -> BeamDPError | None:
+    """The first :class:`BeamDPError` of ``error``'s chain (causes and contexts)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, BeamDPError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _RootRecordsWithheld(logging.Filter):
+    """Drops the records logged on the root logger itself while a job runs, unless
+    ``--show_tracebacks_unsafe``: Beam's portable runner relays the job's messages there (a
+    failed bundle's traceback, which may quote a record). Our code logs on ``beam_dp``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return STATE.show_tracebacks
 
 
 _STAGE = re.compile(r"\[while running '([^']*)'\]")
@@ -100,9 +165,17 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
     rule, never a value), or of a ValueError/TypeError raised while the job is parsed and
     built (parameter validation). Any other failure, and anything raised while the pipeline
     runs, prints only where it happened (the stage, when known): library messages can quote
-    records. Beam's own error logs are silenced for the same reason. ``--show_tracebacks_unsafe``
-    shows everything (not private). The output directory is left untouched (outputs are
-    written only when the job succeeds).
+    records. Beam's own error logs are silenced for the same reason, and so are the records
+    logged on the root logger (Beam's portable runner relays the job's messages there) and
+    Beam's SDK harness's report of a failed bundle; a job run as a program
+    (``python -m pipelines.<job>``) also sends everything else written to its stderr, and to
+    the stderr of the processes it starts, to a file of its run's temporary directory, once
+    its flags are parsed (:func:`pipelines._terminal.divert_stderr`): only our own lines reach
+    the terminal. Where the job's SDK harness runs in this process (Beam's LOOPBACK
+    environment: FlinkRunner, SparkRunner), our own error that failed a bundle gives the line,
+    as on the DirectRunner; a worker in another process hands only text, and the line then names
+    the stage. ``--show_tracebacks_unsafe`` shows everything (not private). The output
+    directory is left untouched (outputs are written only when the job succeeds).
 
     A data error's hint to skip bad records names the library's parameter; it is shown as
     ``skip_hint`` instead (the job's flag by default; the release job names its config key).
@@ -130,17 +203,30 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
     atexit.register(remove_at_exit)
     saved = {
         name: logging.getLogger(name).level
-        for name in ("beam_dp", "beam_dp.pipelines", "apache_beam")
+        for name in ("beam_dp", "beam_dp.pipelines", "apache_beam", _HARNESS_LOGGER)
     }
+    harness_failures = _HarnessFailures()
+    root_withheld = _RootRecordsWithheld()
+    logging.getLogger(_HARNESS_LOGGER).addFilter(harness_failures)
+    logging.getLogger().addFilter(root_withheld)
     logging.getLogger("beam_dp.pipelines").setLevel(logging.INFO)
     configure_logging(exact_counts=False, show_tracebacks=False)
+    if _job_is_the_program():  # diverted once the flags are parsed (a usage error is not)
+        _divert_into[:] = [os.path.join(run_temp, "stderr.log")]
     try:
         run()
     except Exception as error:
         if STATE.show_tracebacks:
             raise
-        raise SystemExit(f"error: {failure_message(error)}") from None
+        own = harness_failures.first
+        line = f"error: {failure_message(error if own is None else own)}"
+        if _terminal.stderr_diverted():
+            _terminal.say(line)  # the interpreter's copy of it goes to the diverted file
+        raise SystemExit(line) from None
     finally:
+        _divert_into.clear()
+        logging.getLogger(_HARNESS_LOGGER).removeFilter(harness_failures)
+        logging.getLogger().removeFilter(root_withheld)
         for name, level in saved.items():
             logging.getLogger(name).setLevel(level)
         if not exact_counts:
@@ -182,3 +268,10 @@ def _remove_run_temp(run_temp: str, remove_at_exit: Callable[[], Any]) -> None:
         return
     atexit.unregister(remove_at_exit)  # a partial: equal only to itself
     shutil.rmtree(run_temp, ignore_errors=True)
+
+
+def _job_is_the_program() -> bool:
+    """Whether this process is a job run as ``python -m pipelines.<job>`` (its ``__main__``
+    module's spec names it, as documented for ``-m``), not code that calls :func:`cli`."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec is not None and str(spec.name).startswith("pipelines.")
