@@ -40,7 +40,11 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   charged; the job goes on.
 * **Outputs that grow**: ``release.json`` (every window so far, with the windows without
   budget), ``releases.jsonl`` (one line per release), ``release.avro`` and ``report.html``,
-  rewritten through Beam's filesystems after each window.
+  published again after each window **all or nothing**, as the batch jobs publish
+  (``beam_dp.io.outputs``): the four files and a ``release.manifest.json`` naming them appear
+  together (locally one rename of a staged folder), so a reader of ``--output`` finds the
+  earlier whole set or the new one whenever the job is killed, never files of two windows'
+  publications.
 * **Restarts.** ``--state`` remembers the job (its config and flags), each run of it on this
   state (``attempts/<n>.json``: the windows each person may be in during that run) and each
   window: granted (to which run, with which ledger run), refused, published, failed or
@@ -118,7 +122,7 @@ from beam_dp import (
     SkippedFile,
     data_error,
     ledger_entries_to_record,
-    output_files,
+    write_outputs,
 )
 from beam_dp.ledger import Cost, LedgerError, Plan, Reservation, RunInfo, open_ledger
 from pipelines._state import LOG
@@ -760,18 +764,14 @@ class StreamJob:
         }
 
     def write_outputs(self) -> None:
-        document = self.document()
-        files = output_files(document)
+        """Publish the outputs of every window so far, all or nothing: ``release.json``,
+        ``releases.jsonl``, ``release.avro`` and ``report.html`` under one manifest
+        (:func:`beam_dp.write_outputs`): a reader finds the earlier whole set or the new one,
+        whenever the job is killed."""
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.published)
-        files["releases.jsonl"] = lines.encode("utf-8")
-        for name, data in files.items():
-            final = FileSystems.join(self.output, name)
-            partial = final + f".{uuid.uuid4().hex}.partial"
-            with FileSystems.create(partial) as handle:
-                handle.write(data)
-            if FileSystems.exists(final):
-                FileSystems.delete([final])
-            FileSystems.rename([partial], [final])
+        write_outputs(
+            self.document(), self.output, extra_files={"releases.jsonl": lines.encode("utf-8")}
+        )
 
     def done(self) -> bool:
         own = [self.windows[index]["status"] for index in self._own()]
