@@ -13,12 +13,17 @@ data-dependent counts.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import inspect
+import json
 import logging
 import os
 import re
 import shutil
+import signal
+import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -29,11 +34,13 @@ from pipelines import _terminal
 from pipelines._state import SKIP_HINT_CONFIG, SKIP_HINT_FLAG, STATE
 
 __all__ = [
+    "RUN_TEMP_PREFIX",
     "SKIP_HINT_CONFIG",
     "SKIP_HINT_FLAG",
     "cli",
     "configure_logging",
     "failure_message",
+    "remove_stale_runs",
 ]
 
 _LIBRARY_SKIP_HINT = re.compile(r"on_bad_record='skip'")
@@ -195,7 +202,9 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
     environment = {name: os.environ.get(name) for name in (*_terminal.ENVIRONMENT, "TMPDIR")}
     _terminal.quiet_third_party()
     saved_tempdir = tempfile.tempdir
-    run_temp = tempfile.mkdtemp(prefix="beam_dp_job_")
+    remove_stale_runs(tempfile.gettempdir())
+    run_temp = tempfile.mkdtemp(prefix=RUN_TEMP_PREFIX)
+    _record_owner(run_temp)
     tempfile.tempdir = os.environ["TMPDIR"] = run_temp
     # Registered before the run, so at exit it runs after every handler Beam registers during
     # the run (atexit runs them last in, first out): see _remove_run_temp.
@@ -275,3 +284,128 @@ def _job_is_the_program() -> bool:
     module's spec names it, as documented for ``-m``), not code that calls :func:`cli`."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     return spec is not None and str(spec.name).startswith("pipelines.")
+
+
+# ------------------------------------------------------------ runs killed before their end
+
+#: The prefix of a run's temporary directory, in the system's temporary directory.
+RUN_TEMP_PREFIX = "beam_dp_job_"
+_OWNER_FILE = "owner.json"
+
+
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat``), or None
+    when there is no such process (or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) is in parentheses and may hold spaces.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
+def _this_boot_and_namespace() -> tuple[str, str] | None:
+    """This machine's boot id and this process's PID namespace, or None without ``/proc``."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            boot = handle.read().strip()
+        return boot, os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _record_owner(run_temp: str) -> None:
+    """Write who owns ``run_temp`` (this process: pid, start time, boot, PID namespace, host),
+    so that the next job can tell the directory of a killed run from a running one."""
+    where = _this_boot_and_namespace()
+    start = _process_start(os.getpid())
+    if where is None or start is None:
+        return  # without /proc, no run can tell: the directory is never taken for stale
+    owner = {
+        "pid": os.getpid(),
+        "start": start,
+        "boot": where[0],
+        "pid_namespace": where[1],
+        "host": socket.gethostname(),
+    }
+    path = os.path.join(run_temp, _OWNER_FILE)
+    with open(path + ".partial", "w", encoding="utf-8") as handle:
+        json.dump(owner, handle)
+    os.replace(path + ".partial", path)
+
+
+def _owner_is_gone(run_temp: str) -> bool:
+    """Whether the process that made ``run_temp`` has ended (False when it cannot be told:
+    no owner file yet, another host, another PID namespace, no ``/proc``)."""
+    where = _this_boot_and_namespace()
+    try:
+        with open(os.path.join(run_temp, _OWNER_FILE), encoding="utf-8") as handle:
+            owner = json.load(handle)
+        pid, start = int(owner["pid"]), int(owner["start"])
+        boot, namespace, host = str(owner["boot"]), str(owner["pid_namespace"]), owner["host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if where is None or host != socket.gethostname():
+        return False
+    if boot != where[0]:
+        return True  # the machine restarted since
+    if namespace != where[1]:
+        return False
+    return _process_start(pid) != start  # no such process, or another one with its number
+
+
+def _processes_naming(path: str) -> list[int]:
+    """This user's processes (not this one) whose command line names ``path`` or a path
+    under it: a job server Beam started keeps its files in the run's directory, and says so
+    in its arguments (``--artifacts-dir``)."""
+    needle = path.encode()
+    found: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                words = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(w == needle or w.startswith(needle + os.sep.encode()) for w in words):
+            found.append(int(entry))
+    return found
+
+
+def remove_stale_runs(system_temp: str) -> None:
+    """Remove the temporary directories of runs killed before their end (SIGKILL, a lost
+    machine), and stop the job servers they left running.
+
+    A run's directory (``beam_dp_job_*`` in the system's temporary directory) records its
+    owner (:func:`_record_owner`); a killed run could not remove it, nor stop the job server
+    Beam started for it (a JVM that outlives its parent). Each job, when it starts, looks for
+    directories of this user whose owner has ended: it kills the processes that name the
+    directory in their arguments, then removes it. A directory whose owner cannot be told
+    (no owner file yet: a run starting at this moment) is left alone.
+    """
+    try:
+        names = [name for name in os.listdir(system_temp) if name.startswith(RUN_TEMP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(system_temp, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if not _owner_is_gone(path):
+            continue
+        for pid in _processes_naming(path):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(path, ignore_errors=True)
