@@ -45,6 +45,10 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   together (locally one rename of a staged folder), so a reader of ``--output`` finds the
   earlier whole set or the new one whenever the job is killed, never files of two windows'
   publications.
+* **The summary at the end.** When the job stops it prints what the batch jobs print
+  (``pipelines.summary``): the releases of every published window and their accuracy, then
+  what the ledger charged this job (every run of it that stays charged: one per window
+  granted, on any run of the job on this ``--state``) and what the period has left.
 * **Restarts.** ``--state`` remembers the job (its config and flags), each run of it on this
   state (``attempts/<n>.json``: the windows each person may be in during that run) and each
   window: granted (to which run, with which ledger run), refused, published, failed or
@@ -133,6 +137,7 @@ from pipelines.job_run import check_privacy_unit
 from pipelines.ledger_charge import check_ledger_flags
 from pipelines.release import config_keys_help, load_config
 from pipelines.statistics import StatisticSpec, spec_from_config
+from pipelines.summary import print_summary
 
 __all__ = ["StreamState", "WindowClock", "main", "run"]
 
@@ -763,6 +768,48 @@ class StreamJob:
             "budget": {**self.budget.to_json(), "per_window": True},
         }
 
+    def ledger_summary(self) -> dict[str, Any] | None:
+        """What the ledger charged this job (every run of it, every window it granted that
+        stays charged) and what the period has left, for the summary printed at the end; None
+        without a ledger, or when the ledger cannot be read (the summary then omits it)."""
+        if self.ledger is None or self.dataset is None or self.window_plan is None:
+            return None
+        composition = self.window_plan.composition
+        try:
+            with open_ledger(self.ledger, timeout=self.ledger_timeout) as opened:
+                runs = [
+                    run
+                    for run in opened.history(self.dataset)[0]
+                    if run.details.get("stream") == self.job_id and run.charged
+                ]
+                remaining = opened.status(self.dataset).describe_remaining()
+                url = opened.url
+        except LedgerError:
+            return None
+        charged = sum((run.cost for run in runs), Cost())
+        ids = [str(run.id) for run in runs]
+        if len(ids) > 3:
+            shown = f"{ids[0]} to {ids[-1]} ({len(ids)} runs, one per window)"
+        else:
+            shown = (", ".join(ids) or "none") + (" (one per window)" if ids else "")
+        return {
+            "ledger": url,
+            "dataset": self.dataset,
+            "after_commit": {
+                "run": shown,
+                "charged": charged.describe(composition),
+                "remaining": remaining,
+            },
+        }
+
+    def summary_document(self, document: dict[str, Any]) -> dict[str, Any]:
+        """``document`` with the ledger's summary in its budget (what the batch jobs print:
+        :func:`pipelines.summary.print_summary`); release.json does not carry it."""
+        ledger = self.ledger_summary()
+        if ledger is None:
+            return document
+        return {**document, "budget": {**document["budget"], "ledger": ledger}}
+
     def write_outputs(self) -> None:
         """Publish the outputs of every window so far, all or nothing: ``release.json``,
         ``releases.jsonl``, ``release.avro`` and ``report.html`` under one manifest
@@ -1070,6 +1117,7 @@ def run(
                 LOG.warning("the pipeline could not be cancelled")
     job.write_outputs()
     document = job.document()
+    print_summary(job.summary_document(document))
     if job.errors:
         raise StreamError("; ".join(job.errors))
     return document

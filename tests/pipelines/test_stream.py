@@ -171,3 +171,26 @@ def test_a_job_that_stops_itself_does_not_report_its_own_cancel_as_a_failure(
         _argv(tmp_path, "--stop_file", str(stop)), source=_source([]), now=lambda: BASE
     )
     assert document["releases"] == []
+
+
+def test_the_job_ends_with_the_summary_and_the_ledger_charges_as_the_batch_jobs_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "100"], out=io.StringIO())  # fmt: skip
+    capsys.readouterr()
+    events = [(BASE + 5, _batch(range(0, 200), "a")), (BASE + SIZE + 5, _batch(range(0, 90), "b"))]
+    stream.run(
+        _argv(tmp_path, "--ledger", url, "--dataset", "people", "--max_windows_per_unit", "2"),
+        source=_source(events),
+        now=lambda: BASE,
+    )
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split()[:3] == ["name", "key", "released"], printed
+    assert printed.count("\nvote ") == 2 and printed.count("\nweight ") == 2, printed
+    # three windows granted (the current one and two ahead), each charged 2 / 2
+    ledger = next(line for line in printed.splitlines() if line.startswith("ledger "))
+    assert ledger.endswith("charged epsilon=3, delta=0 to dataset 'people'"), ledger
+    assert "(one per window)" in ledger, ledger
+    assert "epsilon=97, delta=0 left of epsilon=100, delta=0" in printed, printed
