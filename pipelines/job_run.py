@@ -1,9 +1,12 @@
 """Running a job's statistics: every check, then the budget, then the ledger, then the data.
 
 :func:`run_statistics` is the order every job follows, all before any data is read: the
-statistics' parameters, the output directory, the budget (an over-spent budget fails before
-any data is read), the transforms, the input files, the workers' view of the temporary
-location (a probe job on a distributed runner), and the reservation in the ledger when one is
+statistics' parameters, the output directory, every named column against every input file's
+schema or header (Parquet footer, Avro header, CSV header row: public, so a misspelt column
+costs nothing; JSON lines, which have none, are checked when read, after the charge), the
+budget (an over-spent budget fails before any data is read), the transforms, the input files,
+the workers' view of the temporary location (a probe job on a distributed runner), and the
+reservation in the ledger when one is
 given (which checks the input files against what the datasets protect). The ledger then
 records that the run starts reading; the pipeline runs; its releases are checked against the
 plan (:mod:`pipelines.execute`); the ledger commits them; and only then are the outputs
@@ -33,6 +36,7 @@ from beam_dp import (
     column_resolution,
     combine_resolutions,
 )
+from beam_dp.io.schema import NamedColumn, check_export_columns
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG
 from pipelines.execute import (
@@ -62,6 +66,8 @@ __all__ = [
     "QUANTILE_TYPES",
     "apply_quantile_defaults",
     "bounding_shards",
+    "check_input_columns",
+    "named_columns",
     "run_single",
     "run_statistic",
     "run_statistics",
@@ -163,6 +169,43 @@ def _matched_paths(pattern: str) -> list[str]:
         return sorted(match.path for match in FileSystems.match([path])[0].metadata_list)
     except Exception:
         return []
+
+
+def named_columns(specs: Sequence[StatisticSpec], privacy_unit: str | None) -> list[NamedColumn]:
+    """The columns a job names, each with its role: the privacy unit, then every statistic's
+    value, candidate or key column (in the statistics' order)."""
+    named = [NamedColumn(privacy_unit, "unit", "the privacy unit")] if privacy_unit else []
+    for spec in specs:
+        params = spec.params
+        if "key_column" in params:
+            named.append(NamedColumn(params["key_column"], "label", f"the key of {spec.name!r}"))
+        if "candidate_column" in params:
+            named.append(
+                NamedColumn(params["candidate_column"], "label", f"the candidate of {spec.name!r}")
+            )
+        if "value_column" in params:
+            named.append(
+                NamedColumn(params["value_column"], "value", f"the value of {spec.name!r}")
+            )
+    return named
+
+
+def check_input_columns(
+    input_pattern: str,
+    columns: Sequence[NamedColumn],
+    *,
+    input_format: str | None,
+    on_bad_record: str,
+) -> None:
+    """Every named column against every matched file's schema or header, before anything is
+    charged (:func:`beam_dp.io.schema.check_export_columns`; JSON lines are checked when
+    read). A pattern that matches nothing passes: the usual error comes later, in order."""
+    check_export_columns(
+        _matched_paths(input_pattern),
+        columns,
+        input_format=input_format,
+        on_bad_record=on_bad_record,
+    )
 
 
 def _export_resolution(
@@ -292,6 +335,13 @@ def run_statistics(
         )
     check_output(output, overwrite)
     check_writable(output)
+    # public facts before the ledger: a misspelt column costs nothing
+    check_input_columns(
+        input_pattern,
+        named_columns(specs, privacy_unit),
+        input_format=input_format,
+        on_bad_record=on_bad_record,
+    )
     apply_quantile_defaults(
         specs,
         input_pattern=input_pattern,

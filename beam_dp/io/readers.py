@@ -99,7 +99,14 @@ from beam_dp.io.decoding import (
     parquet_batches,
 )
 
-__all__ = ["FORMATS", "ReadExport", "SkippedFile", "avro_ranges", "detect_format"]
+__all__ = [
+    "FORMATS",
+    "ReadExport",
+    "SkippedFile",
+    "avro_ranges",
+    "detect_format",
+    "file_format",
+]
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,22 @@ def detect_format(file_pattern: str) -> str:
         f"cannot tell the format of '{file_pattern}' from its suffix; pass input_format, one "
         f"of {list(FORMATS)}"
     )
+
+
+def file_format(path: str, input_format: str | None = None) -> str:
+    """The format one file is read in: ``input_format`` when given, else its suffix's.
+
+    Raises:
+        ValueError: an ``input_format`` that is not one of :data:`FORMATS`, or none given for
+            a file whose suffix names no format.
+    """
+    if input_format is None:
+        return detect_format(path)
+    if input_format not in FORMATS:
+        raise ValueError(
+            f"'input_format' must be one of {list(FORMATS)}; received {input_format!r}"
+        )
+    return input_format
 
 
 # --- the reading DoFn ---------------------------------------------------------------------

@@ -36,7 +36,10 @@ from beam_dp.errors import BadRecordError, data_error
 
 __all__ = [
     "ColumnResolution",
+    "ColumnRole",
+    "NamedColumn",
     "ResolutionKind",
+    "check_export_columns",
     "column_resolution",
     "combine_resolutions",
     "export_resolution",
@@ -130,15 +133,9 @@ def _open(path: str) -> Any:
 
 
 def _format_of(path: str, input_format: str | None) -> str:
-    from beam_dp.io.readers import FORMATS, detect_format
+    from beam_dp.io.readers import file_format
 
-    if input_format is None:
-        return detect_format(path)
-    if input_format not in FORMATS:
-        raise ValueError(
-            f"'input_format' must be one of {list(FORMATS)}; received {input_format!r}"
-        )
-    return input_format
+    return file_format(path, input_format)
 
 
 def _missing(path: str, field: str) -> BadRecordError:
@@ -226,3 +223,295 @@ def export_resolution(
     return combine_resolutions(
         column_resolution(path, field, input_format=input_format) for path in paths
     )
+
+
+# --- the named columns, checked against every file's schema before anything is charged ------
+
+#: What a named column is for; each has its type rule (:func:`check_export_columns`).
+ColumnRole = Literal["unit", "value", "label", "event_seconds", "event_iso8601"]
+_ROLES = ("unit", "value", "label", "event_seconds", "event_iso8601")
+
+# A field's declared type, in the few classes the rules tell apart. "unknown": a type the
+# rules do not judge (a union of several types, an enum a reader may read as text, ...):
+# such a field passes here and the record rules apply when the data is read.
+_TypeClass = Literal[
+    "integer",
+    "float",
+    "decimal",
+    "text",
+    "binary",
+    "timestamp",
+    "boolean",
+    "null",
+    "nested",
+    "other",
+    "unknown",
+]
+
+#: The type classes each role accepts (the record rules' own: beam_dp.batching.columns for
+#: values and units, the stream job's event-time reader for event times).
+_ACCEPTS: dict[str, frozenset[str]] = {
+    "unit": frozenset({"integer", "float", "decimal", "text", "binary", "unknown"}),
+    "value": frozenset({"integer", "float", "decimal", "text", "null", "unknown"}),
+    "label": frozenset(
+        {"integer", "float", "decimal", "text", "binary", "boolean", "null", "unknown"}
+    ),
+    "event_seconds": frozenset({"integer", "float", "decimal", "text", "timestamp", "unknown"}),
+    "event_iso8601": frozenset({"text", "timestamp", "unknown"}),
+}
+_ROLE_NAMES = {
+    "unit": "the privacy unit",
+    "value": "a value",
+    "label": "a label",
+    "event_seconds": "the event time",
+    "event_iso8601": "the event time",
+}
+_RULES = {
+    "unit": "a privacy unit is an integer, a whole number, text or bytes",
+    "value": "the field must be numeric (or text holding numbers)",
+    "label": "a label is a single value, not a list or a record",
+    "event_seconds": "an event time in seconds is a number, a timestamp or text holding one",
+    "event_iso8601": "an ISO 8601 event time is a timestamp or text",
+}
+
+
+@dataclass(frozen=True)
+class NamedColumn:
+    """A column a job names, what it is for and how the user named it.
+
+    Attributes:
+        name: the field's name in the export.
+        role: ``"unit"`` (the privacy unit), ``"value"`` (a numeric value), ``"label"`` (a
+            candidate or a key), ``"event_seconds"`` or ``"event_iso8601"`` (an event time).
+        what: how the user named it, for the message (``"--privacy_unit"``, ``"the value of
+            'median'"``); the role's name when empty.
+    """
+
+    name: str
+    role: ColumnRole
+    what: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"'name' must be a non-empty field name; received {self.name!r}")
+        if self.role not in _ROLES:
+            raise ValueError(f"'role' must be one of {list(_ROLES)}; received {self.role!r}")
+        if not isinstance(self.what, str):
+            raise ValueError(f"'what' must be text; received {self.what!r}")
+
+
+def _arrow_class(data_type: pa.DataType) -> _TypeClass:
+    if pa.types.is_dictionary(data_type):
+        return _arrow_class(data_type.value_type)
+    if pa.types.is_integer(data_type):
+        return "integer"
+    if pa.types.is_floating(data_type):
+        return "float"
+    if pa.types.is_decimal(data_type):
+        return "decimal"
+    if (
+        pa.types.is_string(data_type)
+        or pa.types.is_large_string(data_type)
+        or pa.types.is_string_view(data_type)
+    ):
+        return "text"
+    if (
+        pa.types.is_binary(data_type)
+        or pa.types.is_large_binary(data_type)
+        or pa.types.is_binary_view(data_type)
+        or pa.types.is_fixed_size_binary(data_type)
+    ):
+        return "binary"
+    if pa.types.is_timestamp(data_type):
+        return "timestamp"
+    if pa.types.is_boolean(data_type):
+        return "boolean"
+    if pa.types.is_null(data_type):
+        return "null"
+    if pa.types.is_nested(data_type):
+        return "nested"
+    return "other"  # dates, times, durations, ...
+
+
+_AVRO_PRIMITIVES: dict[str, _TypeClass] = {
+    "null": "null",
+    "boolean": "boolean",
+    "int": "integer",
+    "long": "integer",
+    "float": "float",
+    "double": "float",
+    "bytes": "binary",
+    "string": "text",
+}
+
+
+def _avro_class(schema: Any) -> _TypeClass:
+    """The class of one Avro field type (a name, a union list or a type object)."""
+    if isinstance(schema, list):
+        branches = [branch for branch in schema if branch != "null"]
+        return _avro_class(branches[0]) if len(branches) == 1 else "unknown"
+    if isinstance(schema, str):
+        return _AVRO_PRIMITIVES.get(schema, "unknown")  # a named type: judged when read
+    if isinstance(schema, Mapping):
+        logical = schema.get("logicalType")
+        base = schema.get("type")
+        if logical == "decimal" and base in ("bytes", "fixed"):
+            return "decimal"
+        if logical in ("timestamp-millis", "timestamp-micros"):
+            return "timestamp"
+        if logical is not None:
+            return "unknown"
+        if base in ("record", "array", "map"):
+            return "nested"
+        if base == "fixed":
+            return "binary"
+        if base == "enum":
+            return "text"
+        return _avro_class(base)
+    return "unknown"
+
+
+def _nearest(name: str, present: Sequence[str]) -> str:
+    """``the nearest is 'x' (its fields: ...)``: public names from the schema or header.
+
+    The nearest by :mod:`difflib`'s ratio when one is close (0.5 or more); else the fields
+    alone (a name sharing one letter with the typo would mislead).
+    """
+    import difflib
+
+    if not present:
+        return "it has no field"
+    ranked = difflib.get_close_matches(name, present, n=1, cutoff=0.5)
+    listed = ", ".join(present[:12]) + (", ..." if len(present) > 12 else "")
+    if not ranked:
+        return f"no field is close (its fields: {listed})"
+    return f"the nearest is '{ranked[0]}' (its fields: {listed})"
+
+
+def _file_fields(path: str, fmt: str, skip: bool) -> tuple[str, dict[str, _TypeClass]] | None:
+    """``(where, {field: type class})`` from the file's schema or header, or None when the
+    format has none that is public (JSON lines) or the file is skipped as undecodable."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            with _open(path) as handle:
+                schema = pq.ParquetFile(handle).schema_arrow  # the footer only
+        except Exception:
+            if skip:
+                return None
+            raise _undecodable(path, fmt, "its footer") from None
+        return "schema", {field.name: _arrow_class(field.type) for field in schema}
+    if fmt == "avro":
+        import fastavro
+
+        try:
+            with _open(path) as handle:
+                writer = fastavro.reader(handle).writer_schema  # the header only; no record
+        except Exception:
+            if skip:
+                return None
+            raise _undecodable(path, fmt, "its header") from None
+        if not isinstance(writer, Mapping) or writer.get("type") != "record":
+            if skip:
+                return None
+            raise _undecodable(path, fmt, "its header", "the schema is not a record")
+        return "schema", {
+            str(entry.get("name")): _avro_class(entry.get("type"))
+            for entry in writer.get("fields", ())
+            if isinstance(entry, Mapping)
+        }
+    if fmt == "csv":
+        names = _csv_header_names(path)
+        if names is None:
+            if skip:
+                return None
+            raise _undecodable(path, fmt, "its header")
+        return "header", dict.fromkeys(names, "text")
+    return None  # JSON lines: a line's keys are a record's, read only once the run is charged
+
+
+def _undecodable(path: str, fmt: str, where: str, reason: str | None = None) -> BadRecordError:
+    """The reader's own error for a file it cannot decode (the same words, before the charge)."""
+    from beam_dp.io.decoding import _undecodable_error
+
+    return _undecodable_error(path, fmt, where, reason)
+
+
+def _csv_header_names(path: str) -> list[str] | None:
+    """The field names of a CSV file's header row, read as the reader reads it, or None."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_dp.io.decoding import _CSV_READ_BYTES, ReadLimits, _csv_names
+    from beam_dp.io.framing import csv_header
+
+    limits = ReadLimits()
+    try:
+        with FileSystems.open(path) as handle:  # compression from the suffix, as the reader
+            header = csv_header(
+                handle.read, min(_CSV_READ_BYTES, limits.csv_row_bytes), limits.csv_header_bytes
+            )
+            if header.row is None:
+                return None
+            return _csv_names(header.row)
+    except Exception:
+        return None
+
+
+def check_export_columns(
+    paths: Sequence[str],
+    columns: Sequence[NamedColumn],
+    *,
+    input_format: str | None = None,
+    on_bad_record: str = "fail",
+) -> None:
+    """Check every named column against every file's schema or header: public facts only.
+
+    Run before anything is charged: a misspelt column, or one whose declared type its role
+    cannot use, then costs nothing. Each file's format is its own
+    (:func:`beam_dp.io.readers.file_format`: its suffix, else ``input_format``). Parquet's
+    footer and Avro's header (schemas) and a CSV file's header row are read; never a record.
+    JSON lines have no schema: a line's keys belong to its record (an exporter may leave a
+    null field out), so they are checked only when the data is read, after the charge.
+
+    The files are checked in order, so the first file whose schema disagrees (lacks a column
+    the files before it have, or declares it of another type) is the one named.
+
+    Args:
+        paths: the export's files (any filesystem Beam knows), e.g. the matched input or a
+            stream's landing files present at its start.
+        columns: the columns the job names (:class:`NamedColumn`).
+        input_format: the format of files whose suffix names none.
+        on_bad_record: ``"skip"`` passes over a file whose schema or header cannot be read
+            (the reader skips it as undecodable); ``"fail"`` names it.
+
+    Raises:
+        BadRecordError: one line naming the file, the column and how it was named, and the
+            nearest field the file has (or the type rule broken); never a value.
+        ValueError: a file whose format neither its suffix nor ``input_format`` tells.
+    """
+    from beam_dp.io.readers import file_format
+
+    wanted = list(columns)
+    for column in wanted:
+        if not isinstance(column, NamedColumn):
+            raise ValueError(f"'columns' must hold NamedColumn entries; received {column!r}")
+    for path in paths:
+        fields = _file_fields(path, file_format(path, input_format), on_bad_record == "skip")
+        if fields is None:
+            continue
+        where, types = fields
+        for column in wanted:
+            what = column.what or _ROLE_NAMES[column.role]
+            kind = types.get(column.name)
+            if kind is None:
+                raise BadRecordError(
+                    f"{path}: field '{column.name}' is missing from the file's {where} "
+                    f"(rule: {what} is required); "
+                    f"{_nearest(column.name, list(types))}"
+                )
+            if kind not in _ACCEPTS[column.role]:
+                raise BadRecordError(
+                    f"{path}: field '{column.name}' ({what}) is {kind} in the file's {where} "
+                    f"(rule: {_RULES[column.role]})"
+                )
