@@ -232,6 +232,10 @@ def cli(run: Callable[[], Any], *, skip_hint: str = SKIP_HINT_FLAG) -> None:
         if _terminal.stderr_diverted():
             _terminal.say(line)  # the interpreter's copy of it goes to the diverted file
         raise SystemExit(line) from None
+    except KeyboardInterrupt:
+        if _terminal.stderr_diverted():  # its traceback goes to the diverted file
+            _terminal.say("error: interrupted")
+        raise
     finally:
         _divert_into.clear()
         logging.getLogger(_HARNESS_LOGGER).removeFilter(harness_failures)

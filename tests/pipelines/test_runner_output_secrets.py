@@ -72,3 +72,16 @@ def test_skipped_bad_records_leave_no_trace(tmp_path: Path, runner: str) -> None
     check_no_marker(result, out, temp)
     check_progress_only(result)
     assert (out / "release.json").is_file()
+
+
+@pytest.mark.slow
+def test_show_tracebacks_unsafe_still_shows_what_the_workers_print(tmp_path: Path) -> None:
+    """The operator's switch (NOT private) undoes the diversion: the SDK worker's traceback,
+    printed by a process of its own, reaches the terminal again."""
+    pattern = write_marked_export(tmp_path / "in", ["value"])
+    argv = [*batch_job_argv("value", pattern, tmp_path / "out", "fail"),
+            *RUNNERS["multi_processing"], "--show_tracebacks_unsafe"]  # fmt: skip
+    result = run_job(argv, tmp_path / "temp")
+    assert result.returncode != 0
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "BadRecordError" in result.stderr and "export-00001.jsonl" in result.stderr
