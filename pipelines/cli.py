@@ -7,7 +7,13 @@ anything raised while the pipeline runs prints only the stage that failed, unles
 ``--show_tracebacks_unsafe`` (NOT private) is given. What a job logs otherwise is public
 (:mod:`beam_dp.telemetry`): the statistics, the input pattern and its number of files,
 elapsed time; ``--log_exact_counts`` (an operator's choice, NOT private) adds exact
-data-dependent counts.
+data-dependent counts. Nothing else reaches the terminal of a job run as a program, whatever
+the runner: the rest of its stderr, and its child processes', goes to a file of the run's
+temporary directory (:mod:`pipelines._terminal`).
+
+Each run's temporary directory (``beam_dp_job_*``) records its owner; a job's start removes
+those of runs killed before their end, and stops the job servers they left running
+(:func:`remove_stale_runs`).
 """
 
 from __future__ import annotations
