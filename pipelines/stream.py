@@ -22,10 +22,25 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   passes its end plus ``--allowed_lateness`` (event time only). **Late data** (public rule): a
   record whose window ended more than the allowed lateness before its file was matched is
   dropped, as is a record of a window without budget (below).
-* **Budget per window, before any of its data is read.** The job reserves each window's
-  budget in the ledger (``--ledger``/``--dataset``) before the window opens, up to
-  ``--grant_ahead`` windows ahead of the clock, and records its decision in ``--state``. A
-  window the ledger refuses (its period has no budget left) admits no record and releases
+* **Budget per window, before any of its data is read, once the pipeline reads.** The job
+  reserves each window's budget in the ledger (``--ledger``/``--dataset``) and records its
+  decision in ``--state`` before the window admits a record. What is charged when:
+
+  - **nothing before this run's pipeline reads.** A pipeline starting (Flink: tens of
+    seconds), or waiting for its first shard, charges no window. The first batch a worker
+    reads (whatever it holds, even no valid record) makes it write a marker,
+    ``scratch/<run>/reading.json``, holding the run's number only (no data, no count); the
+    worker then holds that batch until the job's process has granted (at most ten
+    ``--poll_seconds`` plus ``--ledger_timeout``; past that its rows find no grant and are
+    dropped);
+  - **then, the window of the clock and the ``--grant_ahead`` next ones**, each reserved and
+    charged its share once, when the clock reaches ``--grant_ahead`` windows before it,
+    whether or not records come (the pipeline reads: each such window can admit records).
+    Windows that closed before the pipeline read are never granted nor charged;
+  - **a restart charges nothing new before its own pipeline reads**: the windows it takes
+    over from an earlier run (below) keep the ledger run that run charged.
+
+  A window the ledger refuses (its period has no budget left) admits no record and releases
   nothing; the outputs say so. ``history`` shows one run per window.
 * **Each person across windows.** Every statistic keeps each person's records in at most
   ``max_windows_per_unit`` windows over the job's life (``[stream]``-wide, from the flag of
@@ -274,6 +289,14 @@ class StreamState:
     def releases_file(self, attempt: int, index: int) -> str:
         return FileSystems.join(self.scratch(attempt), f"{index}.json")
 
+    def reading_marker(self, attempt: int) -> str:
+        """Written by run ``attempt``'s pipeline when it first reads a batch (no data in it)."""
+        return FileSystems.join(self.scratch(attempt), READING_MARKER)
+
+    def grants_marker(self, attempt: int) -> str:
+        """Written by run ``attempt``'s own process once it granted windows after the first."""
+        return FileSystems.join(self.scratch(attempt), GRANTS_MARKER)
+
     def _numbered(self, folder: str) -> dict[int, dict[str, Any]]:
         pattern = self.path(folder, "*.json")
         found = FileSystems.match([pattern])[0].metadata_list
@@ -291,6 +314,11 @@ class StreamState:
 
 
 EVENT_TIME_FORMATS = ("seconds", "iso8601")
+
+#: In ``scratch/<run>/``: the pipeline is reading (written from its first batch; it holds the
+#: run's number only) and the job's process granted the windows of the clock after that.
+READING_MARKER = "reading.json"
+GRANTS_MARKER = "grants.json"
 
 # A decimal number of seconds as text (CSV reads every field as text): digits, an optional
 # fraction and exponent; no "nan", "inf", hex or digit separators.
@@ -395,6 +423,12 @@ class AssignWindows(beam.DoFn):
     file in the state location naming it) and its file was matched before the window closed
     (its end plus the allowed lateness); other rows are dropped. In arrival mode a row's time
     is its file's match time (the element's timestamp). Rows keep their batch's file name.
+
+    The first batch an instance sees (whatever it holds) first tells the job's process that
+    the pipeline reads: it writes :data:`READING_MARKER` (the run's number, no data) unless
+    it is there, then waits, at most ``grant_wait`` seconds, for :data:`GRANTS_MARKER` (the
+    windows of the clock granted): no window is granted before, so the first batch's records
+    still find theirs.
     """
 
     def __init__(
@@ -405,8 +439,11 @@ class AssignWindows(beam.DoFn):
         fail: bool,
         attempt: int,
         event_format: str = "seconds",
+        grant_wait: float = 60.0,
     ):
         super().__init__()
+        if not grant_wait >= 0:
+            raise ValueError(f"grant_wait must be >= 0 seconds; received {grant_wait!r}")
         if event_format not in EVENT_TIME_FORMATS:
             raise ValueError(
                 f"--event_time_format must be one of {list(EVENT_TIME_FORMATS)}; "
@@ -418,7 +455,21 @@ class AssignWindows(beam.DoFn):
         self._event_format = event_format
         self._fail = fail
         self._attempt = attempt
+        self._grant_wait = grant_wait
+        self._reading = False
         self._grants: dict[int, bool] = {}
+
+    def _announce(self) -> None:
+        """Say the pipeline reads (once per instance); wait for the first grants."""
+        state = StreamState(self._state)
+        if not FileSystems.exists(state.reading_marker(self._attempt)):
+            state.write({"attempt": self._attempt}, "scratch", str(self._attempt), READING_MARKER)
+        deadline = time.monotonic() + self._grant_wait
+        while not FileSystems.exists(state.grants_marker(self._attempt)):
+            if time.monotonic() >= deadline:
+                break  # its rows then find no grant and are dropped (fail closed)
+            time.sleep(0.05)
+        self._reading = True
 
     def _granted(self, index: int) -> bool:
         if index not in self._grants:
@@ -434,6 +485,8 @@ class AssignWindows(beam.DoFn):
     def process(
         self, element: Any, timestamp: Any = beam.DoFn.TimestampParam
     ) -> Iterator[beam_window.TimestampedValue]:
+        if not self._reading:
+            self._announce()
         source, batch = element if isinstance(element, tuple) else ("input", element)
         arrival = float(timestamp)
         if not isinstance(batch, (pa.RecordBatch, pa.Table)):
@@ -526,6 +579,7 @@ class StreamJob:
     published: list[dict[str, Any]] = field(default_factory=list)
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    reading: bool = False
     _reservations: dict[int, Reservation] = field(default_factory=dict)
 
     # -- grants ---------------------------------------------------------------------------
@@ -539,19 +593,28 @@ class StreamJob:
         ]
 
     def grant(self) -> None:
-        """Decide every window up to ``grant_ahead`` windows past the clock (once each), within
-        the run's ``grant_limit``."""
+        """Once this run's pipeline reads (its :data:`READING_MARKER`), decide every window up
+        to ``grant_ahead`` windows past the clock (once each), within the run's
+        ``grant_limit``; the first time, then say so (:data:`GRANTS_MARKER`). Before the
+        pipeline reads, nothing is granted nor charged."""
+        if not self.reading:
+            if not FileSystems.exists(self.state.reading_marker(self.attempt)):
+                return
+            self.reading = True
+            LOG.info("the pipeline reads: windows are granted from now on")
         current = self.clock.index(self.now())
         for index in range(current, current + self.grant_ahead + 1):
             if index in self.windows:
                 continue
             if self.grant_limit is not None and len(self._own()) >= self.grant_limit:
-                return
+                break
             record = self._decide(index)
             self.windows[index] = record
             self.state.set_window(index, record)
             if record["status"] == "refused":
                 LOG.info("window %s: no budget left: it admits no record", self.clock.label(index))
+        if not FileSystems.exists(self.state.grants_marker(self.attempt)):
+            self.state.write({"attempt": self.attempt}, "scratch", str(self.attempt), GRANTS_MARKER)
 
     def _decide(self, index: int) -> dict[str, Any]:
         label = self.clock.label(index)
@@ -911,6 +974,9 @@ def _job_identity(args: argparse.Namespace, config_text: bytes) -> dict[str, Any
 
 
 _STATE_FORMAT = 2  # windows granted per run (attempt), releases in scratch/<attempt>/
+#: A pipeline's first batch waits for the first grants at most this many polls of the job's
+#: process, plus the ledger's timeout.
+GRANT_WAIT_POLLS = 10
 
 
 def _open_state(
@@ -1066,6 +1132,7 @@ def run(
                 on_bad_record == "fail",
                 attempt,
                 args.event_time_format,
+                grant_wait=GRANT_WAIT_POLLS * args.poll_seconds + args.ledger_timeout,
             )
         )
         | "Windows" >> beam.WindowInto(clock.beam_windows())
@@ -1079,7 +1146,6 @@ def run(
         | "Collect" >> beam.CombineGlobally(ToListCombineFn()).without_defaults()
         | "Commit" >> beam.ParDo(CommitWindow(scratch, clock))
     )
-    job.grant()
     LOG.info("stream %s: windows of %d s, watching %s", job_id, clock.size, args.landing)
     result = pipeline.run()
     finished = threading.Event()
@@ -1107,7 +1173,8 @@ def run(
             if finished.is_set():
                 job.publish()
                 break
-            time.sleep(args.poll_seconds)
+            # until the pipeline reads, look often: its first batch waits for the grants
+            time.sleep(args.poll_seconds if job.reading else min(args.poll_seconds, 0.2))
     finally:
         if not finished.is_set():
             cancelled.set()  # before the cancel: the waiter may see its end at once
