@@ -1,38 +1,54 @@
 """The table a job prints at the end: the releases, their accuracy, and the budget.
 
 Everything in it is released (the values, their ledger entries and accuracy bounds) or
-public (names, keys, the budget).
+public (names, keys, the budget). Numbers print by the report's one rule
+(:func:`beam_dp.io.report_format.format_number`: a value at its grid's resolution, enough
+decimals to tell neighbouring grid points apart; :func:`~beam_dp.io.report_format.format_share`:
+ε, δ and shares as short decimals); a cell wider than its column wraps onto more lines, a
+number is never cut.
 """
 
 from __future__ import annotations
 
 import decimal
 import math
+import re
 import sys
 import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from beam_dp import chosen_bound
+from beam_dp.io.report_format import format_number, format_share, grid_step
 
 __all__ = ["print_summary"]
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, step: float | None = None) -> str:
+    """A released value at the resolution of its grid (``step``, public)."""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return format_number(value, step)
     if isinstance(value, dict) and "points" in value and "cdf" in value:
-        return _shown_cdf(value)
+        return _shown_cdf(value, step=step)
     return str(value)
 
 
-def _shown_cdf(value: dict[str, Any], interval: dict[str, Any] | None = None) -> str:
+def _alpha(alpha: Any) -> str:
+    try:
+        return format_share(float(alpha))
+    except (TypeError, ValueError):
+        return str(alpha)
+
+
+def _shown_cdf(
+    value: dict[str, Any], interval: dict[str, Any] | None = None, step: float | None = None
+) -> str:
     """A released CDF in one cell: its size and the quantiles read from it (with their
     intervals when the release carries them)."""
     quantiles = value.get("quantiles") or {}
     ends = _interval_ends(interval)
     read = ", ".join(
-        f"q{alpha}={_shown(x)}" + (f" {_bracket(*ends[i])}" if ends else "")
+        f"q{_alpha(alpha)}={_shown(x, step)}" + (f" {_bracket(*ends[i], step)}" if ends else "")
         for i, (alpha, x) in enumerate(quantiles.items())
     )
     head = f"CDF of {len(value['points'])} synthetic points"
@@ -51,39 +67,44 @@ def _interval_ends(interval: dict[str, Any] | None) -> list[tuple[float, float]]
     return [(float(lo), float(hi)) for lo, hi in zip(lowers, uppers, strict=True)]
 
 
-def _bracket(lower: float, upper: float) -> str:
-    return f"[{_shown(lower)}, {_shown(upper)}]"
+def _bracket(lower: float, upper: float, step: float | None = None) -> str:
+    return f"[{_shown(lower, step)}, {_shown(upper, step)}]"
 
 
 def _percent(interval: dict[str, Any] | None) -> str:
     confidence = float((interval or {}).get("confidence", 0.95))
-    return f"{confidence * 100:g}%"
+    return f"{format_share(confidence * 100)}%"
 
 
 def _shown_release(release: dict[str, Any]) -> str:
     """A released value for the table, led by its interval when it has one:
     ``5.16 [5.09, 5.22] at 95%``."""
     value, interval = release["value"], release.get("interval")
+    step = grid_step(release)
     if isinstance(value, dict) and "points" in value and "cdf" in value:
-        return _shown_cdf(value, interval)
+        return _shown_cdf(value, interval, step)
     ends = _interval_ends(interval)
     numbers = value if isinstance(value, list) else [value]
     if ends and len(ends) == len(numbers):
         shown = ", ".join(
-            f"{_shown(v)} {_bracket(lo, hi)}" for v, (lo, hi) in zip(numbers, ends, strict=True)
+            f"{_shown(v, step)} {_bracket(lo, hi, step)}"
+            for v, (lo, hi) in zip(numbers, ends, strict=True)
         )
         return f"{shown} at {_percent(interval)}"
-    return ", ".join(map(_shown, value)) if isinstance(value, list) else _shown(value)
+    if isinstance(value, list):
+        return ", ".join(_shown(v, step) for v in value)
+    return _shown(value, step)
 
 
 def _print_intervals(releases: Sequence[dict[str, Any]], out: Any) -> None:
-    """Every quantile's interval in full, one line per release (the table may cut them)."""
+    """Every quantile's interval in full, one line per release, after the table."""
     lines = []
     for r in releases:
         ends = _interval_ends(r.get("interval"))
         if not ends:
             continue
         interval = r["interval"]
+        step = grid_step(r)
         alphas = interval.get("quantiles") or [None] * len(ends)
         value = r["value"]
         if isinstance(value, dict) and "quantiles" in value:
@@ -91,7 +112,7 @@ def _print_intervals(releases: Sequence[dict[str, Any]], out: Any) -> None:
         else:
             points = value if isinstance(value, list) else [value]
         parts = "; ".join(
-            f"q{alpha:g} = {_shown(point)} {_bracket(lo, hi)}"
+            f"q{_alpha(alpha)} = {_shown(point, step)} {_bracket(lo, hi, step)}"
             for alpha, point, (lo, hi) in zip(alphas, points, ends, strict=True)
         )
         label = r["name"] if r.get("key") is None else f"{r['name']} [{r['key']}]"
@@ -111,13 +132,25 @@ def _print_intervals(releases: Sequence[dict[str, Any]], out: Any) -> None:
 # The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
 # the statistic's units (``accuracy_units``) shows its other keys instead.
 _LEDGER_ACCURACY = frozenset({"score_loss", "rank_error", "cell_width", "confidence"})
-_CELL = 48  # the widest shown cell but the last (accuracy), which is never cut
+_CELL = 48  # the widest column but the last (accuracy), which is never wrapped
 
 
-def _cut(cell: str, width: int) -> str:
-    """``cell`` in ``width`` characters; a longer one visibly cut (``...``), never silently:
-    a number cut short would read as another number."""
-    return cell if len(cell) <= width else cell[: width - 3] + "..."
+def _kept_together(cell: str) -> str:
+    """``cell`` with the spaces of each ``value [lower, upper]`` made unbreakable (NUL)."""
+    return re.sub(r" ?\[[^\]]*\]", lambda m: m.group(0).replace(" ", "\0"), cell)
+
+
+def _wrapped(cell: str, width: int) -> list[str]:
+    """``cell`` in lines of at most ``width`` characters, broken at spaces only, never inside
+    a number or a ``value [lower, upper]`` (a longer piece widens its column instead)."""
+    lines = textwrap.wrap(
+        _kept_together(cell), width, break_long_words=False, break_on_hyphens=False
+    )
+    return [line.replace("\0", " ") for line in lines] or [""]
+
+
+def _longest_word(cell: str) -> int:
+    return max((len(word) for word in _kept_together(cell).split()), default=0)
 
 
 def _accuracy_cell(release: dict[str, Any]) -> str:
@@ -209,8 +242,9 @@ def _print_chosen_bounds(releases: Sequence[dict[str, Any]], out: Any) -> None:
         if chosen is None:
             continue
         text = (
-            f"{chosen.bound} of at most {chosen.cap} (epsilon {chosen.epsilon_choice:.3g} of "
-            f"the release's {chosen.epsilon_release:.4g} chose it)"
+            f"{chosen.bound} of at most {chosen.cap} (epsilon "
+            f"{format_share(chosen.epsilon_choice)} of the release's "
+            f"{format_share(chosen.epsilon_release)} chose it)"
         )
         where = ", ".join(str(part) for part in (r.get("key"), r.get("window")) if part is not None)
         by_name = groups.setdefault(chosen.what, {})
@@ -242,15 +276,23 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
                 r["name"],
                 "" if r.get("key") is None else str(r["key"]),
                 shown,
-                f"{r['epsilon']:.4g}",
+                format_share(r["epsilon"]),
                 _accuracy_cell(r),
             )
         )
     limits = [_CELL] * (len(rows[0]) - 1) + [max(len(row[-1]) for row in rows)]
-    widths = [min(max(len(row[i]) for row in rows), limits[i]) for i in range(len(rows[0]))]
+    widths = [
+        max(min(max(len(row[i]) for row in rows), limits[i]), *(_longest_word(r[i]) for r in rows))
+        for i in range(len(rows[0]))
+    ]
     for n, row in enumerate(rows):
-        cells = [_cut(cell, width).ljust(width) for cell, width in zip(row, widths, strict=True)]
-        print("  ".join(cells).rstrip(), file=out)
+        cells = [_wrapped(cell, width) for cell, width in zip(row, widths, strict=True)]
+        for line in range(max(len(lines) for lines in cells)):
+            parts = [
+                (lines[line] if line < len(lines) else "").ljust(width)
+                for lines, width in zip(cells, widths, strict=True)
+            ]
+            print("  ".join(parts).rstrip(), file=out)
         if n == 0:
             print("  ".join("-" * width for width in widths), file=out)
     _print_intervals(document["releases"], out)
@@ -259,8 +301,9 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
     _print_chosen_bounds(document["releases"], out)
     budget = document["budget"]
     print(
-        f"\nbudget: epsilon {budget['epsilon_spent']:.4g} of {budget['epsilon_total']:.4g} spent, "
-        f"delta {budget['delta_spent']:.3g} of {budget['delta_total']:.3g} "
+        f"\nbudget: epsilon {format_share(budget['epsilon_spent'])} of "
+        f"{format_share(budget['epsilon_total'])} spent, "
+        f"delta {format_share(budget['delta_spent'])} of {format_share(budget['delta_total'])} "
         f"({budget.get('composition', 'basic')} composition)",
         file=out,
     )

@@ -41,7 +41,15 @@ from beam_dp.io.report_cdf import (
     _cdf_of,
     _cdf_panel_body,
 )
-from beam_dp.io.report_format import _STYLE, _e, _param, _plural, format_number, grid_decimals
+from beam_dp.io.report_format import (
+    _STYLE,
+    _e,
+    _param,
+    _plural,
+    format_number,
+    format_share,
+    grid_decimals,
+)
 from beam_dp.io.report_panels import (
     VALUE_ERROR_KEYS,
     _accuracy_block,
@@ -55,6 +63,7 @@ __all__ = [
     "MAX_CDF_CURVES",
     "VALUE_ERROR_KEYS",
     "format_number",
+    "format_share",
     "grid_decimals",
     "render_report",
 ]
@@ -85,7 +94,9 @@ def _statistic_panel(releases: Sequence[Mapping[str, Any]]) -> str:
     accuracy = _accuracy_block(releases)
     if len(releases) > 1 and all(_cdf_of(r["value"]) is not None for r in releases):
         accuracy = _cdf_accuracy_block(releases)
-    wide = " wide" if len(releases) > 6 else ""
+    cdfs = [_cdf_of(r["value"]) for r in releases]
+    columns = {alpha for cdf in cdfs if cdf is not None for alpha, _ in cdf["quantiles"]}
+    wide = " wide" if len(releases) > 6 or len(columns) > 5 else ""  # a wide table: a wide panel
     return (
         f'<section class="panel{wide}" id="release-{_e(first["name"])}">'
         f'<h2>{_e(first["name"])}</h2><p class="meta">{meta}</p>{body}'

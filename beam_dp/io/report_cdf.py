@@ -23,7 +23,10 @@ from beam_dp.io.report_format import (
     _e,
     _is_number,
     _row_label,
+    _scroll,
     format_number,
+    format_share,
+    grid_step,
 )
 
 __all__ = ["MAX_CDF_CURVES"]
@@ -112,15 +115,20 @@ def _cdf_intervals(release: Mapping[str, Any]) -> dict[float, tuple[float, float
         return {}
     if not len(alphas) == len(lower) == len(upper):
         return {}
+    # keyed as the value's quantiles are named (f"{alpha:g}": 1/30 is "0.0333333")
     return {
-        float(a): (float(lo), float(hi))
+        float(f"{float(a):g}"): (float(lo), float(hi))
         for a, lo, hi in zip(alphas, lower, upper, strict=True)
         if _is_number(a) and _is_number(lo) and _is_number(hi)
     }
 
 
 def _interval_bars(
-    ends: Mapping[float, tuple[float, float]], colour: str, lower: float, upper: float
+    ends: Mapping[float, tuple[float, float]],
+    colour: str,
+    lower: float,
+    upper: float,
+    step: float | None,
 ) -> list[str]:
     """Each quantile's interval as a horizontal bar with end caps at the height alpha."""
     bars = []
@@ -132,7 +140,8 @@ def _interval_bars(
             f'<path d="M{x1:.2f},{y - 9:.2f}V{y + 9:.2f}M{x1:.2f},{y:.2f}H{x2:.2f}'
             f'M{x2:.2f},{y - 9:.2f}V{y + 9:.2f}" stroke="{colour}" stroke-width="3" '
             'fill="none" vector-effect="non-scaling-stroke"><title>'
-            f"{_e(format_number(alpha))}: [{_e(format_number(lo))}, {_e(format_number(hi))}]"
+            f"{_e(format_share(alpha))}: [{_e(format_number(lo, step))}, "
+            f"{_e(format_number(hi, step))}]"
             "</title></path>"
         )
     return bars
@@ -162,7 +171,8 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
             f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2" '
             'vector-effect="non-scaling-stroke"/>'
         )
-        shapes.extend(_interval_bars(_cdf_intervals(release), colour, lower, upper))
+        bars = _interval_bars(_cdf_intervals(release), colour, lower, upper, grid_step(release))
+        shapes.extend(bars)
         if not single:
             legend.append(
                 f'<span class="item"><span class="sw" style="background:{colour}"></span>'
@@ -190,26 +200,31 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
         )
     requested = sorted({alpha for cdf in parts for alpha, _ in cdf["quantiles"]})
     alphas = requested or list(_CDF_DEFAULT_QUANTILES)
-    head = "".join(f'<th class="n">{_e(format_number(a))}</th>' for a in alphas)
+    head = "".join(f'<th class="n">{_e(format_share(a))}</th>' for a in alphas)
     rows = []
     for release, cdf in zip(releases, parts, strict=True):
         given = dict(cdf["quantiles"])
         ends = _cdf_intervals(release)
+        step = grid_step(release)
 
-        def cell(a: float, ends: Mapping[float, tuple[float, float]] = ends) -> str:
-            text = format_number(given.get(a, _read_quantile(cdf, a)))  # noqa: B023
+        def cell(
+            a: float, ends: Mapping[float, tuple[float, float]] = ends, step: float | None = step
+        ) -> str:
+            text = format_number(given.get(a, _read_quantile(cdf, a)), step)  # noqa: B023
             if a in ends:
-                text += f" [{format_number(ends[a][0])}, {format_number(ends[a][1])}]"
+                text += f" [{format_number(ends[a][0], step)}, {format_number(ends[a][1], step)}]"
             return f'<td class="n">{_e(text)}</td>'
 
         cells = "".join(cell(a) for a in alphas)
         size = f"{int(cdf['n_hat']):,}" if _is_number(cdf["n_hat"]) else "–"
         k = f"{int(cdf['k']):,}" if _is_number(cdf["k"]) else "–"
-        name = _row_label(release) if ("key" in release or release.get("window")) else "released"
+        keyed = "key" in release or bool(release.get("window"))
+        name = _row_label(release) if keyed else "released"
+        word = "" if keyed else ' class="word"'  # one word, never broken letter by letter
         bound = release.get("accuracy", {}).get("ks_distance")
         shown = _bound(float(bound)) if _is_number(bound) else "–"
         rows.append(
-            f'<tr><th>{_e(name)}</th>{cells}<td class="n">{_e(shown)}</td>'
+            f'<tr><th{word}>{_e(name)}</th>{cells}<td class="n">{_e(shown)}</td>'
             f'<td class="n">{_e(k)}</td><td class="n">{_e(size)}</td></tr>'
         )
     caption = "requested quantiles" if requested else "quantiles"
@@ -217,7 +232,7 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     intervals_note = ""
     if with_intervals:
         level = with_intervals[0]["interval"].get("confidence")
-        shown = format_number(float(level) * 100) if _is_number(level) else "?"
+        shown = format_share(float(level) * 100) if _is_number(level) else "?"
         intervals_note = (
             f", each with its {shown}% interval [lower, upper] for the data's quantile "
             "(read from the KS bound; bars on the plot)"
@@ -227,9 +242,10 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     table = (
         f'<p class="meta">{caption}, read from the released CDF (no extra ε)'
         f"{intervals_note}:</p>"
-        f'<table class="qt"><tr><th></th>{head}<th class="n">KS ≤</th><th class="n">k</th>'
-        f'<th class="n">{size_head}</th></tr>'
-        f"{''.join(rows)}</table>"
+        + _scroll(
+            f'<table class="qt"><tr><th></th>{head}<th class="n">KS ≤</th><th class="n">k</th>'
+            f'<th class="n">{size_head}</th></tr>{"".join(rows)}</table>'
+        )
     )
     legend_html = f'<p class="legend">{"".join(legend)}</p>' if legend else ""
     return f"{plot}{legend_html}{more}{table}"
@@ -240,7 +256,7 @@ def _cdf_accuracy_block(releases: Sequence[Mapping[str, Any]]) -> str:
     confidence = releases[0].get("accuracy", {}).get("confidence")
     known = _is_number(confidence)
     heading = (
-        f"Accuracy at {format_number(float(confidence) * 100)}% confidence"
+        f"Accuracy at {format_share(float(confidence) * 100)}% confidence"
         if known
         else ("Accuracy")
     )

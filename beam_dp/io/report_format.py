@@ -4,9 +4,11 @@ The helpers every panel of :mod:`beam_dp.io.report` shares: the CSS (plain CSS, 
 image), the palette, number and label formatting, HTML escaping and the tick and range rules of
 a horizontal axis.
 
-Numbers are printed at the grid's resolution: with a public grid step
-(``accuracy["cell_width"]``) a value on a 0.1 grid prints ``70.3``; otherwise the shortest of
-``repr`` and 15 significant digits (never ``70.30000000000001``).
+Numbers a person reads follow one rule, here, for the report and the jobs' terminal summary
+(:mod:`pipelines.summary`): a value at its grid's resolution (:func:`format_number`: ``70.3``
+on a 0.1 grid, ``1918.262`` on a float grid of step 0.00356, never ``1918.261918261918``), ε,
+δ, shares and probabilities as short decimals (:func:`format_share`: ``0.333``). The exact
+values stay in ``release.json``'s numbers and ``release.avro``.
 
 **Privacy**: pure formatting of the values it is given (released values and public parameters
 of a release document); axis ranges come from those values only.
@@ -15,6 +17,7 @@ of a release document); axis ranges come from those values only.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -22,7 +25,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["ChosenBound", "chosen_bound", "format_number", "grid_decimals"]
+__all__ = [
+    "ChosenBound",
+    "chosen_bound",
+    "format_number",
+    "format_share",
+    "grid_decimals",
+    "grid_step",
+    "separating_decimals",
+]
 
 _PALETTE = ("#3b6ea8", "#d9822b", "#3f9a6b", "#b5485d", "#7a5aa6", "#8c6d31", "#2a8a9a", "#a0527f")
 
@@ -93,51 +104,164 @@ svg.cdfplot{display:block;width:100%;height:190px;background:#fbfbfc;
 .legend span.item{display:inline-block;margin-right:1em}
 table.qt{font-size:.85rem}
 table.qt td{overflow-wrap:normal;white-space:nowrap;padding-right:6px}
-table.qt th.n{overflow-wrap:normal;padding-right:6px}
+table.qt th.n{overflow-wrap:normal;white-space:nowrap;padding-right:6px}
+.scroll{overflow-x:auto;max-width:100%;margin:.2em 0}
+.scroll>table{width:auto;min-width:100%}
+th{min-width:7em;max-width:18em;overflow-wrap:anywhere}
+th.word{white-space:nowrap;min-width:0}
 """
 
 
 # -------------------------------------------------------------------- numbers
 
 
+#: A grid step written with at most this many significant digits is a decimal grid (0.1, 0.25,
+#: 5): its values print with the step's decimals. Any other step is a float grid (100 / 999 999).
+_ROUND_STEP_DIGITS = 4
+
+#: The most significant digits a value prints with (a float has 15 to 17 meaningful ones).
+_MAX_DIGITS = 15
+
+
+def _significant_digits(text: str) -> int:
+    digits = Decimal(text).normalize().as_tuple().digits
+    return len(digits)
+
+
 def grid_decimals(step: float) -> int | None:
-    """Decimals that print every point of a grid with spacing ``step`` (0.1 → 1, 5 → 0).
+    """Decimals that print every point of a decimal grid of spacing ``step`` (0.1 → 1, 5 → 0).
 
     ``step`` is a public grid spacing as floating point arithmetic left it (``0.0999999999``
     for 0.1): it is read at 12 significant digits. ``None`` for a step that is not a positive
-    finite number.
+    finite number, or not a decimal grid: a step of more than 4 significant digits
+    (``0.0001000001``, the spacing of 10^6 points over [0, 100]) is a float grid, whose values
+    print with :func:`separating_decimals`.
     """
     if not isinstance(step, (int, float)) or isinstance(step, bool):
         return None
     if not math.isfinite(step) or step <= 0:
         return None
-    exponent = Decimal(f"{step:.12g}").normalize().as_tuple().exponent
+    text = f"{step:.12g}"
+    if _significant_digits(text) > _ROUND_STEP_DIGITS:
+        return None
+    exponent = Decimal(text).normalize().as_tuple().exponent
     if not isinstance(exponent, int):  # pragma: no cover - finite numbers have int exponents
         return None
     return min(max(-exponent, 0), 12)
 
 
-def format_number(value: float, step: float | None = None) -> str:
-    """``value`` at the resolution of a grid of spacing ``step`` (public), or shortest.
+def separating_decimals(step: float) -> int:
+    """The fewest decimals that print two points ``step`` apart as different numbers.
 
-    With a ``step``, ``70.30000000000001`` on a 0.1 grid prints ``70.3`` (a value that is not
-    on a decimal grid of that resolution, e.g. a grid offset by 0.05, keeps its own digits).
-    Without one, the shorter of ``repr`` and 15 significant digits: floating point noise in
-    the 16th and 17th digits is not printed, every printed digit is exact.
+    Each printed number is within half a unit of its last decimal of the value, so with
+    ``10**-d <= step / 2`` two neighbours print at least ``step / 2`` apart: ``d =
+    ceil(log10(2 / step))`` (never negative: integers print whole). 0.0035 → 3, 0.0001 → 5.
+    """
+    return max(0, math.ceil(math.log10(2.0 / step) - 1e-12))
+
+
+def format_number(value: float, step: float | None = None) -> str:
+    """A released value as a person reads it: at the resolution of its public grid.
+
+    The one rule for values on the terminal, in ``report.html`` and wherever a value is
+    printed for a person (the exact value stays in ``release.json``'s numbers and
+    ``release.avro``):
+
+    * a decimal grid (``step`` of at most 4 significant digits): the step's decimals, so
+      integers print as integers and cents with 2 decimals (``70.30000000000001`` on a 0.1
+      grid prints ``70.3``; a value off that grid, e.g. on a grid offset by 0.05, gets the
+      further decimals it needs, up to :func:`separating_decimals` + 1);
+    * a float grid (any other ``step``, e.g. 10^6 points over [0, 3558.39]): a fixed number
+      of decimals that still tells neighbouring grid points apart
+      (:func:`separating_decimals`: ``1918.262`` on a grid of step 0.00356), at most 15
+      significant digits;
+    * no grid: up to 6 significant digits (``0.1 + 0.2`` prints ``0.3``).
+
+    Integers print whole; ``nan`` and ``inf`` as Python writes them.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    if isinstance(value, int):
+    if isinstance(value, int) or not math.isfinite(value):
         return str(value)
-    if not math.isfinite(value):
+    valid = (
+        step is not None
+        and not isinstance(step, bool)
+        and isinstance(step, (int, float))
+        and math.isfinite(step)
+        and step > 0
+    )
+    if not valid or step is None:
+        return _short(value, keep=6, digits=6)
+    step = float(step)
+    separating = separating_decimals(step)
+    decimals = grid_decimals(step)
+    if decimals is not None:
+        for places in range(decimals, max(separating, decimals) + 2):
+            text = f"{value:.{places}f}"
+            if abs(float(text) - value) <= step * 1e-6:
+                return _drop_negative_zero(text)
+        separating = max(separating, decimals + 1)
+    magnitude = math.floor(math.log10(abs(value))) + 1 if value != 0 else 1
+    places = min(separating, max(0, _MAX_DIGITS - magnitude))
+    return _drop_negative_zero(f"{value:.{places}f}")
+
+
+def format_share(value: Any) -> str:
+    """ε, δ, ρ, a share of a budget, a probability or a grid step, as a short decimal.
+
+    As written when it has at most 4 significant digits (``0.5``, ``2.125``, ``1e-06``),
+    else 3 (1/3 prints ``0.333``, never ``0.333333333333333``); None prints ``–``.
+    """
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
-    decimals = None if step is None else grid_decimals(step)
-    if decimals is not None and step is not None:
-        text = f"{value:.{decimals}f}"
-        if abs(float(text) - value) <= abs(step) * 1e-6:
-            return _drop_negative_zero(text)
-    text = min((repr(value), f"{value:.15g}"), key=len)
+    if isinstance(value, int) or not math.isfinite(value):
+        return str(value)
+    return _short(float(value), keep=4, digits=3)
+
+
+def _short(value: float, *, keep: int, digits: int) -> str:
+    """``value`` as written if it has at most ``keep`` significant digits, else ``digits``."""
+    if value == 0:
+        return "0"
+    text = repr(value)
+    if _significant_digits(text) > keep:
+        text = f"{value:.{digits}g}"
+    if 1e-6 <= abs(value) < 1e15:  # positional, no exponent, no trailing zeros
+        text = format(Decimal(text).normalize(), "f")
     return _drop_negative_zero(text)
+
+
+def grid_step(release: Mapping[str, Any]) -> float | None:
+    """The public grid spacing a release's values print at (:func:`format_number`), or None.
+
+    ``accuracy["cell_width"]`` (quantiles, means: the widest grid cell next to a released
+    value); for a released CDF (a value with ``steps``, ``lower`` and ``upper``), the spacing
+    of its ``num_candidates`` grid points if uniform, or the closest two released steps if
+    closer (a log or explicit grid): every two values it prints then print differently.
+    """
+    accuracy = release.get("accuracy")
+    if isinstance(accuracy, Mapping):
+        width: Any = accuracy.get("cell_width")
+        if _is_number(width) and math.isfinite(width) and width > 0:
+            return float(width)
+    value = release.get("value")
+    if not isinstance(value, Mapping):
+        return None
+    steps: Any = value.get("steps")
+    lower: Any = value.get("lower")
+    upper: Any = value.get("upper")
+    points = release.get("num_candidates")
+    if not (isinstance(steps, list) and _is_number(lower) and _is_number(upper)):
+        return None
+    spacings: list[float] = []
+    if isinstance(points, int) and not isinstance(points, bool) and points > 1:
+        spacings.append((float(upper) - float(lower)) / (points - 1))
+    numbers = sorted(float(s) for s in steps if _is_number(s) and math.isfinite(s))
+    spacings += [b - a for a, b in itertools.pairwise(numbers) if b > a]
+    positive = [s for s in spacings if math.isfinite(s) and s > 0]
+    return min(positive) if positive else None
 
 
 def _drop_negative_zero(text: str) -> str:
@@ -157,10 +281,8 @@ def _bound(value: float) -> str:
 
 
 def _param(value: Any) -> str:
-    """A public parameter (ε, δ, ρ): up to 6 significant digits."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{float(value):.6g}"
-    return "–" if value is None else str(value)
+    """A public parameter (ε, δ, ρ, rounds): :func:`format_share`."""
+    return format_share(value)
 
 
 def _is_number(value: Any) -> bool:
@@ -177,6 +299,11 @@ def _label(value: Any) -> str:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _scroll(table: str) -> str:
+    """A table in its own horizontal scroll box: wider than its panel, it scrolls inside it."""
+    return f'<div class="scroll">{table}</div>'
 
 
 def _e(text: Any) -> str:

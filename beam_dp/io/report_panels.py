@@ -33,8 +33,11 @@ from beam_dp.io.report_format import (
     _label,
     _param,
     _row_label,
+    _scroll,
     chosen_bound,
     format_number,
+    format_share,
+    grid_step,
 )
 
 __all__ = ["VALUE_ERROR_KEYS"]
@@ -47,8 +50,7 @@ VALUE_ERROR_KEYS = ("value_error",)
 
 
 def _step(release: Mapping[str, Any]) -> float | None:
-    step = release.get("accuracy", {}).get("cell_width")
-    return float(step) if _is_number(step) and step > 0 else None
+    return grid_step(release)
 
 
 def _half_width(release: Mapping[str, Any]) -> float | None:
@@ -81,11 +83,11 @@ def _interval_item(release: Mapping[str, Any]) -> list[str]:
     interval = release.get("interval")
     if not isinstance(interval, Mapping) or not _is_number(interval.get("confidence")):
         return []
-    level = format_number(float(interval["confidence"]) * 100)
+    level = format_share(float(interval["confidence"]) * 100)
     epsilon = interval.get("epsilon")
     spent = float(epsilon) if isinstance(epsilon, (int, float)) else 0.0
     cost = (
-        f"ε {format_number(spent)} of the release's"
+        f"ε {format_share(spent)} of the release's"
         if spent > 0
         else "post-processing of the release, no ε of its own"
     )
@@ -103,8 +105,8 @@ def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
     return [
         f"{chosen.what} per person: {chosen.bound} of at most {chosen.cap}, chosen privately "
         "with ε "
-        f"{format_number(chosen.epsilon_choice)} of this release's "
-        f"{format_number(chosen.epsilon_release)}"
+        f"{format_share(chosen.epsilon_choice)} of this release's "
+        f"{format_share(chosen.epsilon_release)}"
     ]
 
 
@@ -123,7 +125,7 @@ def _accuracy_items(release: Mapping[str, Any]) -> list[str]:
     if chosen:  # said in words below, not listed again as raw keys
         for key in ("epsilon_bound_choice", "epsilon_statistic"):
             accuracy.pop(key, None)
-    grid = [] if step is None else [f"grid step {format_number(step, step)}"]
+    grid = [] if step is None else [f"grid step {format_share(step)}"]
     grid = _interval_item(release) + grid + chosen
     notes = [note for note in release.get("notes") or () if isinstance(note, str)]
     description = release.get("accuracy_description")
@@ -167,7 +169,7 @@ def _accuracy_block(releases: Sequence[Mapping[str, Any]]) -> str:
     first = releases[0]
     confidence = first.get("accuracy", {}).get("confidence")
     heading = (
-        f"Accuracy at {format_number(float(confidence) * 100)}% confidence"
+        f"Accuracy at {format_share(float(confidence) * 100)}% confidence"
         if _is_number(confidence)
         else "Accuracy"
     )
@@ -272,7 +274,9 @@ def _label_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     rows = "".join(
         f"<tr><th>{_e(_row_label(r))}</th><td>{one(r['value'])}</td></tr>" for r in releases
     )
-    return f"<table><tr><th>key</th><th>released</th></tr>{rows}</table>"
+    return _scroll(
+        f'<table><tr><th class="word">key</th><th class="word">released</th></tr>{rows}</table>'
+    )
 
 
 # --------------------------------------------------------------------- budget
@@ -314,7 +318,7 @@ def _table(records: Sequence[Mapping[str, Any]]) -> str:
         + "</tr>"
         for r in records
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return _scroll(f"<table><tr>{head}</tr>{body}</table>")
 
 
 def _budget_panel(budget: Mapping[str, Any]) -> str:
@@ -376,7 +380,7 @@ def _budget_panel(budget: Mapping[str, Any]) -> str:
     return (
         '<section class="panel wide" id="budget"><h2>Privacy budget</h2>'
         f'<p class="meta">{summary}</p><div class="bar">{"".join(segments)}</div>'
-        '<table><tr><th>share</th><th>mechanism</th><th class="n">rounds</th>'
-        f'<th class="n">ε</th><th class="n">δ</th></tr>{"".join(rows)}</table>'
+        '<div class="scroll"><table><tr><th>share</th><th>mechanism</th><th class="n">rounds</th>'
+        f'<th class="n">ε</th><th class="n">δ</th></tr>{"".join(rows)}</table></div>'
         f"{ledger_html}</section>"
     )

@@ -19,7 +19,7 @@ import pytest
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.beam.cdf import PrivateCDF
 from beam_dp.io.outputs import write_outputs
-from beam_dp.io.report import format_number, grid_decimals, render_report
+from beam_dp.io.report import format_number, format_share, grid_decimals, render_report
 from beam_dp.release import Release, make_release, release_document
 
 _LONG_KEY = "Ελλάδα-" + "x" * 150  # one unbroken 157-character word: must wrap, not overflow
@@ -160,7 +160,12 @@ def test_no_float_noise_no_unicode_escapes_and_a_noto_font_stack(tmp_path: Path)
     text = (out / "release.json").read_text(encoding="utf-8")
     assert "日本" in text and "\\u" not in text
     assert json.loads(text) == json.loads(json.dumps(_rich_document()))
-    assert sorted(p.name for p in out.iterdir()) == ["release.avro", "release.json", "report.html"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "release.avro",
+        "release.json",
+        "release.manifest.json",
+        "report.html",
+    ]
 
 
 def _panel(page: str, name: str) -> str:
@@ -262,7 +267,10 @@ _PROBE = """<script>
 (function () {
   var root = document.documentElement, widest = 0;
   document.querySelectorAll("body *").forEach(function (e) {
-    widest = Math.max(widest, e.getBoundingClientRect().right);
+    var box = e.parentElement && e.parentElement.closest(".scroll");
+    if (!box) {  // inside a table's scroll box the box itself is measured
+      widest = Math.max(widest, e.getBoundingClientRect().right);
+    }
   });
   var out = document.createElement("pre");
   out.id = "probe";
@@ -382,11 +390,14 @@ def test_a_cdf_is_drawn_as_a_step_plot_with_its_band_and_a_quantile_table() -> N
     for (alpha, q), lo, hi in zip(
         value.quantiles, release.interval.lower, release.interval.upper, strict=True
     ):
-        assert f'<th class="n">{format_number(alpha)}</th>' in panel
-        # each quantile with its interval, in the table and as a bar on the plot
-        shown = f"{format_number(q)} [{format_number(lo)}, {format_number(hi)}]"
+        assert f'<th class="n">{format_share(alpha)}</th>' in panel
+        # each quantile with its interval, in the table and as a bar on the plot, on the grid
+        # of step 0.5 (201 points over [0, 100]): one decimal
+        shown = f"{format_number(q, 0.5)} [{format_number(lo, 0.5)}, {format_number(hi, 0.5)}]"
+        assert re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", shown), shown
         assert f'<td class="n">{shown}</td>' in panel
-        assert f"<title>{format_number(alpha)}: [{format_number(lo)}, {format_number(hi)}]" in panel
+        bar = f"<title>{format_share(alpha)}: [{format_number(lo, 0.5)}, {format_number(hi, 0.5)}]"
+        assert bar in panel
     assert "requested quantiles" in panel and f'<td class="n">{value.n_hat:,}</td>' in panel
     assert "n̂ (released)" in panel
     assert "the released CDF is within" in html.unescape(panel)
@@ -411,7 +422,7 @@ def test_a_cdf_per_key_draws_at_most_eight_curves_and_lists_every_key() -> None:
         assert 0.01 <= bound < 0.1  # three significant digits: four decimals
         assert f'<td class="n">{math.ceil(bound * 10**4 - 1e-9) / 10**4:g}</td>' in panel
     median = releases[3].value.quantile(0.5)
-    assert f'<td class="n">{format_number(median)}</td>' in panel
+    assert f'<td class="n">{format_number(median, 0.5)}</td>' in panel
 
 
 def test_a_cdf_release_goes_through_every_output(tmp_path: Path) -> None:

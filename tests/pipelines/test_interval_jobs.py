@@ -12,6 +12,7 @@ import pytest
 from export_helpers import write_export
 
 from beam_dp.io.outputs import read_release_avro
+from beam_dp.io.report_format import format_number
 from pipelines import release
 from pipelines.statistics import spec_from_config
 from pipelines.summary import print_summary
@@ -107,6 +108,10 @@ weight = 1
     print_summary(document, file=shown)
     text = shown.getvalue()
     assert text in capsys.readouterr().out  # what the job printed
-    lead = f"{median['value']:.6g} [{interval['lower']:.6g}, {interval['upper']:.6g}] at 95%"
+    step = median["accuracy"]["cell_width"]  # printed at the grid's resolution (issue 40)
+    lead = (
+        f"{format_number(median['value'], step)} [{format_number(interval['lower'], step)}, "
+        f"{format_number(interval['upper'], step)}] at 95%"
+    )
     assert lead in text
     assert "intervals (each holds the data's quantile" in text
