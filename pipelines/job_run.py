@@ -104,12 +104,33 @@ def approximate_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def match_input_files(pattern: str) -> tuple[list[str], int]:
-    """The files the input pattern matches (sorted) and their total size; none is an error.
+#: The input: one pattern, or a list of them (a TOML ``path = [...]``).
+Patterns = str | Sequence[str]
+
+
+def _each(patterns: Patterns) -> list[str]:
+    return [patterns] if isinstance(patterns, str) else list(patterns)
+
+
+def _shown(patterns: Patterns) -> str:
+    """The input as a log line or the ledger shows it (patterns are public)."""
+    return patterns if isinstance(patterns, str) else ", ".join(patterns)
+
+
+def match_input_files(patterns: Patterns) -> tuple[list[str], int]:
+    """The files the input patterns match (sorted, each once) and their total size; a pattern
+    that matches none is an error.
 
     Both are facts about the files an operator can list, not about records; the size is only
     ever shown to two significant digits (:func:`_approximate_size`).
     """
+    found: dict[str, int] = {}
+    for pattern in _each(patterns):
+        found.update(_match_one(pattern))
+    return sorted(found), sum(found.values())
+
+
+def _match_one(pattern: str) -> dict[str, int]:
     path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
     try:
         found = FileSystems.match([path])[0].metadata_list
@@ -119,8 +140,7 @@ def match_input_files(pattern: str) -> tuple[list[str], int]:
         ) from None
     if not found:
         raise ValueError(f"no file matches the input {pattern!r}")
-    paths = sorted(match.path for match in found)
-    return paths, sum(int(match.size_in_bytes or 0) for match in found)
+    return {match.path: int(match.size_in_bytes or 0) for match in found}
 
 
 #: Input file bytes per bounding shard (:func:`bounding_shards`).
@@ -151,24 +171,24 @@ def bounding_shards(input_bytes: int) -> int:
     return shards
 
 
-def _matched_size(pattern: str) -> int:
-    """The total size of the files the input pattern matches, or 0 (the usual error about a
+def _matched(patterns: Patterns) -> dict[str, int]:
+    """The files the input patterns match and their sizes, or fewer (the usual error about a
     pattern that matches nothing comes later, in order)."""
-    path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
-    try:
-        found = FileSystems.match([path])[0].metadata_list
-    except Exception:
-        return 0
-    return sum(int(match.size_in_bytes or 0) for match in found)
+    found: dict[str, int] = {}
+    for pattern in _each(patterns):
+        try:
+            found.update(_match_one(pattern))
+        except ValueError:
+            continue
+    return found
 
 
-def _matched_paths(pattern: str) -> list[str]:
-    """The files the input pattern matches, or [] (the usual error comes later, in order)."""
-    path = pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
-    try:
-        return sorted(match.path for match in FileSystems.match([path])[0].metadata_list)
-    except Exception:
-        return []
+def _matched_size(patterns: Patterns) -> int:
+    return sum(_matched(patterns).values())
+
+
+def _matched_paths(patterns: Patterns) -> list[str]:
+    return sorted(_matched(patterns))
 
 
 def named_columns(specs: Sequence[StatisticSpec], privacy_unit: str | None) -> list[NamedColumn]:
@@ -191,7 +211,7 @@ def named_columns(specs: Sequence[StatisticSpec], privacy_unit: str | None) -> l
 
 
 def check_input_columns(
-    input_pattern: str,
+    input_pattern: Patterns,
     columns: Sequence[NamedColumn],
     *,
     input_format: str | None,
@@ -225,7 +245,7 @@ def _export_resolution(
 def apply_quantile_defaults(
     specs: Sequence[StatisticSpec],
     *,
-    input_pattern: str,
+    input_pattern: Patterns,
     input_format: str | None,
     privacy_unit: str | None,
     on_bad_record: str = "fail",
@@ -293,7 +313,7 @@ def apply_quantile_defaults(
 def run_statistics(
     specs: Sequence[StatisticSpec],
     *,
-    input_pattern: str,
+    input_pattern: Patterns,
     input_format: str | None,
     privacy_unit: str | None,
     relation: str,
@@ -389,7 +409,12 @@ def run_statistics(
     )
     files, size = match_input_files(input_pattern)
     LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
-    LOG.info("input: %s (%d file(s), about %s)", input_pattern, len(files), approximate_size(size))
+    LOG.info(
+        "input: %s (%d file(s), about %s)",
+        _shown(input_pattern),
+        len(files),
+        approximate_size(size),
+    )
     planned = [
         PlannedRelease(name, key, optional=optional)
         for _spec, transform in transforms
@@ -413,7 +438,7 @@ def run_statistics(
     run = RunInfo(
         job,
         config_digest(config) if config else "",
-        details={"input": input_pattern},
+        details={"input": _shown(input_pattern)},
         inputs=tuple(files),
         output_location=location,
     )

@@ -5,8 +5,9 @@
 The config is TOML (every key is listed after the flags below):
 
     [input]
-    path = "sample_data/survey/export-*.avro"   # relative paths are relative to the config
-    format = "avro"                  # optional: from the suffix
+    path = "sample_data/survey/export-*.avro"   # relative paths are relative to the config;
+                                     # or a list: ["part-*.parquet", "part-*.csv"]
+    format = "avro"                  # optional: for files whose suffix names no format
     privacy_unit = "user_id"         # the field identifying a person; or, instead:
     # record_level = true            # record-level privacy, asked for explicitly
     on_bad_record = "fail"           # or "skip"
@@ -64,7 +65,7 @@ from pipelines.summary import print_summary
 
 TABLES: dict[str, Any] = {"input": dict, "budget": dict, "statistics": list}
 INPUT_KEYS: dict[str, Any] = {
-    "path": str,
+    "path": str | list[str],
     "format": Literal[FORMATS],
     "privacy_unit": str,
     "record_level": bool,
@@ -166,9 +167,13 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     base = Path(args.config).resolve().parent
     source = config["input"]
     budget_config = config["budget"]
-    pattern = str(source["path"])
-    if not Path(pattern).is_absolute() and "://" not in pattern:
-        pattern = str(base / pattern)
+    given = source["path"]
+    patterns = [
+        pattern if Path(pattern).is_absolute() or "://" in pattern else str(base / pattern)
+        for pattern in ([given] if isinstance(given, str) else given)
+    ]
+    if not patterns:
+        raise ValueError(f"release: [input] 'path' in {args.config} lists no pattern")
     specs = [spec_from_config(entry, base=base) for entry in config["statistics"]]
     names = [spec.name for spec in specs]
     if len(set(names)) != len(names):
@@ -180,7 +185,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     document = run_statistics(
         specs,
-        input_pattern=pattern,
+        input_pattern=patterns[0] if len(patterns) == 1 else patterns,
         input_format=source.get("format"),
         privacy_unit=source.get("privacy_unit"),
         record_level=bool(source.get("record_level", False)),

@@ -1,8 +1,9 @@
 """Read data-warehouse exports into (file name, pyarrow RecordBatch) pairs.
 
-Exports come as glob patterns over sharded files (``export-*.avro``), in one of four formats,
-each read per file, streaming (memory does not grow with the file's size), files spread over
-workers:
+Exports come as glob patterns over sharded files (``export-*.avro``), or a list of them, in
+four formats, each file read in the format its suffix names (an export may mix them: Parquet
+and CSV shards of one table; ``input_format`` is the format of files whose suffix names none),
+streaming (memory does not grow with the file's size), files spread over workers:
 
 * **parquet**: pyarrow's ``ParquetFile`` over the Beam filesystem, row group by row group,
   only the needed columns (the others are never decoded);
@@ -144,15 +145,23 @@ _AVRO_SPLIT_BYTES = 64 << 20
 _WHOLE_FILE = 1 << 62  # a range end past any file's last block
 
 
-def detect_format(file_pattern: str) -> str:
-    """The export format implied by the pattern's suffix (compression suffixes ignored)."""
-    name = file_pattern.lower()
+def _suffix_format(name: str) -> str | None:
+    """The format a name's suffix names (compression suffixes ignored), or None."""
+    name = name.lower()
     for suffix in _COMPRESSION:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     for suffix, fmt in _SUFFIXES.items():
         if name.endswith(suffix):
             return fmt
+    return None
+
+
+def detect_format(file_pattern: str) -> str:
+    """The export format implied by the pattern's suffix (compression suffixes ignored)."""
+    fmt = _suffix_format(file_pattern)
+    if fmt is not None:
+        return fmt
     raise ValueError(
         f"cannot tell the format of '{file_pattern}' from its suffix; pass input_format, one "
         f"of {list(FORMATS)}"
@@ -160,19 +169,29 @@ def detect_format(file_pattern: str) -> str:
 
 
 def file_format(path: str, input_format: str | None = None) -> str:
-    """The format one file is read in: ``input_format`` when given, else its suffix's.
+    """The format one file is read in: its suffix's, else ``input_format``.
+
+    An export may mix formats (Parquet and CSV shards of one table): each file is read in the
+    format its name says (``.parquet``, ``.avro``, ``.csv``, ``.jsonl``... and those with
+    ``.gz``...). ``input_format`` is the format of the files whose suffix names none.
 
     Raises:
         ValueError: an ``input_format`` that is not one of :data:`FORMATS`, or none given for
             a file whose suffix names no format.
     """
-    if input_format is None:
-        return detect_format(path)
-    if input_format not in FORMATS:
+    if input_format is not None and input_format not in FORMATS:
         raise ValueError(
             f"'input_format' must be one of {list(FORMATS)}; received {input_format!r}"
         )
-    return input_format
+    fmt = _suffix_format(path)
+    if fmt is not None:
+        return fmt
+    if input_format is not None:
+        return input_format
+    raise ValueError(
+        f"cannot tell the format of '{path}' from its suffix; pass input_format, one of "
+        f"{list(FORMATS)} (it applies to the files whose suffix names no format)"
+    )
 
 
 # --- the reading DoFn ---------------------------------------------------------------------
@@ -211,9 +230,9 @@ class _CappedReads:
 class _ReadFileFn(beam.DoFn):
     def __init__(
         self,
-        input_format: str,
+        input_format: str | None,
         columns: Sequence[str],
-        batch_rows: int,
+        batch_rows: int | None,
         on_bad_record: OnBadRecord,
         identifiers: Collection[str] = (),
         limits: ReadLimits | None = None,
@@ -232,16 +251,24 @@ class _ReadFileFn(beam.DoFn):
             self._records_skipped = Metrics.counter(_NAMESPACE, "bad_records_skipped")
             self._files_skipped = Metrics.counter(_NAMESPACE, "undecodable_files_skipped")
 
-    def _batches(self, path: str, handle: Any, state: _FileState) -> Iterator[pa.RecordBatch]:
-        if self._format == "parquet":
-            yield from parquet_batches(path, handle, state, self._columns, self._batch_rows)
-        elif self._format == "csv":
+    def _rows(self, fmt: str) -> int:
+        """Rows per batch for a file of format ``fmt`` (:class:`ReadExport`'s ``batch_rows``)."""
+        if self._batch_rows is not None:
+            return self._batch_rows
+        return _PARQUET_BATCH_ROWS if fmt == "parquet" else _ROW_BATCH_ROWS
+
+    def _batches(
+        self, path: str, handle: Any, state: _FileState, fmt: str
+    ) -> Iterator[pa.RecordBatch]:
+        if fmt == "parquet":
+            yield from parquet_batches(path, handle, state, self._columns, self._rows(fmt))
+        elif fmt == "csv":
             yield from csv_batches(
                 path, handle, state, self._columns, self._on_bad_record, self._limits
             )
-        elif self._format == "avro":
+        elif fmt == "avro":
             yield from self._avro(path, handle, state)
-        elif self._format == "jsonl":
+        elif fmt == "jsonl":
             rows = jsonl_rows(
                 path,
                 handle,
@@ -253,11 +280,11 @@ class _ReadFileFn(beam.DoFn):
             )
             yield from _chunked_rows(rows, *self._chunking)
         else:  # pragma: no cover - validated at construction
-            raise ValueError(self._format)
+            raise ValueError(fmt)
 
     @property
     def _chunking(self) -> tuple[list[str], int, frozenset[str]]:
-        return self._columns, self._batch_rows, self._identifiers
+        return self._columns, self._rows("avro"), self._identifiers
 
     def _avro(
         self, path: str, handle: Any, state: _FileState, start: int = 0, end: int | None = None
@@ -298,7 +325,7 @@ class _ReadFileFn(beam.DoFn):
                 return
             pending.append(block[1])
             count += block[0]
-            if count >= self._batch_rows:
+            if count >= self._rows("avro"):
                 yield from self._avro_decode(path, header, pending, state)
                 if state.failed:
                     return
@@ -314,7 +341,7 @@ class _ReadFileFn(beam.DoFn):
             return
         table = decode_blocks(header, blocks, self._columns)
         if table is not FAILED:
-            yield from table.to_batches(max_chunksize=self._batch_rows)
+            yield from table.to_batches(max_chunksize=self._rows("avro"))
             return
         # keep the records decoded before the failure, as the fastavro path does
         run = io.BytesIO(b"".join([header.raw, *blocks]))
@@ -354,6 +381,7 @@ class _ReadFileFn(beam.DoFn):
         else:
             readable = element
         path = readable.metadata.path
+        fmt = file_format(path, self._format)
         state = _FileState()
         handle = _call(readable.open)
         if handle is _FAILED:
@@ -361,10 +389,10 @@ class _ReadFileFn(beam.DoFn):
         else:
             unexpected = False
             try:
-                if isinstance(element, tuple):
+                if isinstance(element, tuple) and fmt == "avro":
                     batches = self._avro(path, handle, state, start, end)
                 else:
-                    batches = self._batches(path, handle, state)
+                    batches = self._batches(path, handle, state, fmt)
                 for batch in batches:
                     if batch.num_rows:
                         yield path, batch
@@ -380,18 +408,18 @@ class _ReadFileFn(beam.DoFn):
                 state.fail(state.where)
             if state.reason is not None and not state.failed:  # a limit cut the file short
                 state.fail(state.where)
-        self._report(path, state)
+        self._report(path, state, fmt)
         if state.failed and self._report_skipped:  # (with 'fail', _report raised)
             yield SkippedFile(path)
 
-    def _report(self, path: str, state: _FileState) -> None:
+    def _report(self, path: str, state: _FileState, fmt: str) -> None:
         if state.failed and self._on_bad_record == "fail":
-            raise _undecodable_error(path, self._format, state.where, state.reason)
+            raise _undecodable_error(path, fmt, state.where, state.reason)
         if state.failed:
             _LOG.warning(
                 "skipped the rest of an undecodable %s file (%s); records decoded before the "
                 "failure are kept",
-                self._format,
+                fmt,
                 path,
             )
         if not self._exact_counts:
@@ -419,6 +447,22 @@ def avro_ranges(metadata: Any, split_bytes: int) -> Iterator[tuple[Any, int, int
         return
     for start in range(0, size, split_bytes):
         yield metadata, start, min(start + split_bytes, size)
+
+
+def _file_ranges(
+    metadata: Any, split_bytes: int, input_format: str | None
+) -> Iterator[tuple[Any, int, int]]:
+    """An export of mixed formats: an Avro file's byte ranges (:func:`avro_ranges`), any other
+    file whole, as one ``(metadata, 0, end)`` range."""
+    if file_format(metadata.path, input_format) == "avro":
+        yield from avro_ranges(metadata, split_bytes)
+    else:
+        yield metadata, 0, _WHOLE_FILE
+
+
+def _first(items: Any) -> Any:
+    """One of the metadata the patterns matched for one path (all alike)."""
+    return next(iter(items))
 
 
 def reads_by_file_key(pipeline: beam.Pipeline) -> bool:
@@ -496,8 +540,11 @@ class ReadExport(beam.PTransform):
     multi-output step to every consumer.)
 
     Args:
-        file_pattern: a glob over the export's files (local or any Beam filesystem).
-        input_format: ``avro``, ``parquet``, ``csv`` or ``jsonl``; from the suffix if None.
+        file_pattern: a glob over the export's files (local or any Beam filesystem), or a list
+            of globs (each must match a file; a file several match is read once).
+        input_format: ``avro``, ``parquet``, ``csv`` or ``jsonl``: the format of the files
+            whose suffix names none (:func:`file_format`); every other file is read in the
+            format its suffix names, so one export may mix formats.
         columns: the fields to read (the others are never decoded into batches).
         batch_rows: rows per batch (at most) for Parquet, Avro and JSON lines; by default a
             Parquet row group (up to 2^20 rows) and 65,536 rows for the other formats (fewer,
@@ -529,7 +576,7 @@ class ReadExport(beam.PTransform):
 
     def __init__(
         self,
-        file_pattern: str,
+        file_pattern: str | Sequence[str],
         *,
         columns: Sequence[str],
         input_format: str | None = None,
@@ -555,18 +602,31 @@ class ReadExport(beam.PTransform):
         if watch_until is not None and watch_interval is None:
             raise ValueError("'watch_until' needs 'watch_interval' (a watched export)")
         self._watch = (watch_interval, watch_until)
-        fmt = input_format if input_format is not None else detect_format(file_pattern)
-        if fmt not in FORMATS:
-            raise ValueError(f"'input_format' must be one of {list(FORMATS)}; received {fmt!r}")
+        patterns = [file_pattern] if isinstance(file_pattern, str) else list(file_pattern)
+        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+            raise ValueError(
+                "'file_pattern' must be a pattern or a non-empty list of patterns; received "
+                f"{file_pattern!r}"
+            )
+        if len(patterns) > 1 and watch_interval is not None:
+            raise ValueError("a watched export ('watch_interval') takes one pattern, not a list")
+        if input_format is not None and input_format not in FORMATS:
+            raise ValueError(
+                f"'input_format' must be one of {list(FORMATS)}; received {input_format!r}"
+            )
+        # One format for every file when every pattern's suffix names the same (the
+        # export's files then all have it); else each file's own (file_format).
+        named = {_suffix_format(pattern) for pattern in patterns}
+        fmt = named.pop() if len(named) == 1 else None
         if on_bad_record not in ("fail", "skip"):
             raise ValueError(
                 f"'on_bad_record' must be 'fail' or 'skip'; received {on_bad_record!r}"
             )
         if not columns:
             raise ValueError("'columns' must name at least one field to read")
-        if batch_rows is None:
-            batch_rows = _PARQUET_BATCH_ROWS if fmt == "parquet" else _ROW_BATCH_ROWS
-        if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
+        if batch_rows is not None and (
+            isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1
+        ):
             raise ValueError(f"'batch_rows' must be an integer >= 1; received {batch_rows!r}")
         if (
             isinstance(avro_split_bytes, bool)
@@ -584,10 +644,12 @@ class ReadExport(beam.PTransform):
                 f"'report_skipped_files' must be True or False; received {report_skipped_files!r}"
             )
         # Beam's local filesystem matches absolute paths only; remote patterns have a scheme.
-        if "://" not in file_pattern and not os.path.isabs(file_pattern):
-            file_pattern = os.path.abspath(file_pattern)
-        self._pattern = file_pattern
-        self._format = fmt
+        self._patterns = [
+            pattern if "://" in pattern or os.path.isabs(pattern) else os.path.abspath(pattern)
+            for pattern in patterns
+        ]
+        self._format = fmt  # every file's, when the patterns say it; else None: each file's
+        self._input_format = input_format
         if unit_column is not None and (not isinstance(unit_column, str) or not unit_column):
             raise ValueError(
                 f"'unit_column' must be a field name or None; received {unit_column!r}"
@@ -596,7 +658,7 @@ class ReadExport(beam.PTransform):
         self._batch_rows = batch_rows
         self._on_bad_record = on_bad_record
         self._read_fn = _ReadFileFn(
-            fmt,
+            input_format,
             self._columns,
             batch_rows,
             on_bad_record,
@@ -607,13 +669,24 @@ class ReadExport(beam.PTransform):
 
     def expand(self, pbegin: PBegin) -> PCollection:
         interval, until = self._watch
-        if interval is None:
+        disallow = fileio.EmptyMatchTreatment.DISALLOW
+        if interval is None and len(self._patterns) == 1:
             files = pbegin | "MatchFiles" >> fileio.MatchFiles(
-                self._pattern, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW
+                self._patterns[0], empty_match_treatment=disallow
+            )
+        elif interval is None:
+            # each pattern must match a file; a file two patterns match is read once
+            files = (
+                pbegin
+                | "Patterns" >> beam.Create(self._patterns)
+                | "MatchFiles" >> fileio.MatchAll(empty_match_treatment=disallow)
+                | "ByPath" >> beam.Map(lambda metadata: (metadata.path, metadata))
+                | "OnceEach" >> beam.CombinePerKey(_first)
+                | "Files" >> beam.Values()
             )
         else:
             watch = fileio.MatchContinuously(
-                self._pattern,
+                self._patterns[0],
                 interval=float(interval),
                 has_deduplication=True,
                 **({} if until is None else {"stop_timestamp": float(until)}),
@@ -622,6 +695,10 @@ class ReadExport(beam.PTransform):
         sources = files
         if self._format == "avro":
             sources = files | "SplitAvro" >> beam.FlatMap(avro_ranges, self._split_bytes)
+        elif self._format is None:  # formats mixed: Avro files in ranges, others whole
+            sources = files | "SplitAvro" >> beam.FlatMap(
+                _file_ranges, self._split_bytes, self._input_format
+            )
         if interval is None and reads_by_file_key(pbegin.pipeline):
             # One bundle per file (per Avro range) on Flink's batch runner: _ReadKeyedFileFn.
             keyed = sources | "KeyBySource" >> beam.Map(_keyed_by_source)
@@ -631,14 +708,14 @@ class ReadExport(beam.PTransform):
             return decoded_by_source
         # spread the files (ranges) over workers: matching runs on one
         inputs = sources | "SpreadFiles" >> beam.Reshuffle()
-        if self._format != "avro":
+        if self._format not in ("avro", None):
             inputs = inputs | "ReadMatches" >> fileio.ReadMatches()
         decoded: PCollection = inputs | "Decode" >> beam.ParDo(self._read_fn)
         return decoded
 
     def display_data(self) -> dict[str, Any]:
         return {
-            "file_pattern": self._pattern,
-            "format": self._format,
+            "file_pattern": ", ".join(self._patterns),
+            "format": self._format or "each file's suffix",
             "columns": ",".join(self._columns),
         }
