@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -191,10 +191,22 @@ def _matched_paths(patterns: Patterns) -> list[str]:
     return sorted(_matched(patterns))
 
 
-def named_columns(specs: Sequence[StatisticSpec], privacy_unit: str | None) -> list[NamedColumn]:
-    """The columns a job names, each with its role: the privacy unit, then every statistic's
-    value, candidate or key column (in the statistics' order)."""
+def named_columns(
+    specs: Sequence[StatisticSpec],
+    privacy_unit: str | None,
+    *,
+    event_time: str | None = None,
+    event_time_format: str = "seconds",
+) -> list[NamedColumn]:
+    """The columns a job names, each with its role: the privacy unit, a stream's event time
+    (``--event_time``, read as ``event_time_format``: ``"seconds"`` or ``"iso8601"``), then
+    every statistic's value, candidate or key column (in the statistics' order)."""
     named = [NamedColumn(privacy_unit, "unit", "the privacy unit")] if privacy_unit else []
+    if event_time:
+        role: Literal["event_seconds", "event_iso8601"] = (
+            "event_iso8601" if event_time_format == "iso8601" else "event_seconds"
+        )
+        named.append(NamedColumn(event_time, role, "--event_time"))
     for spec in specs:
         params = spec.params
         if "key_column" in params:

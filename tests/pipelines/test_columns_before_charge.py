@@ -24,6 +24,7 @@ from beam_dp.errors import BadRecordError
 from beam_dp.io.schema import NamedColumn, check_export_columns
 from pipelines import budget, election, quantiles, release
 from pipelines.common import cli
+from pipelines.job_run import check_input_columns, named_columns
 
 DATASET = "panel"
 FORMATS = ("parquet", "avro", "csv", "jsonl")
@@ -204,3 +205,23 @@ def test_json_lines_are_not_opened_before_the_charge(tmp_path: Path) -> None:
         check_export_columns([str(path)], [NamedColumn("id", "unit")])
     finally:
         path.chmod(0o600)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv"])
+def test_a_streams_misspelt_event_time_is_named_from_its_landing_files(
+    tmp_path: Path, fmt: str
+) -> None:
+    """What the stream job calls with its landing files before a window is granted."""
+    rows = [{**row, "at": 1_800_000_000.0 + i} for i, row in enumerate(_rows())]
+    pattern = write_export(tmp_path / "landing", fmt, rows, shards=2)
+    columns = named_columns([], "nr", event_time="ta", event_time_format="seconds")
+    with pytest.raises(BadRecordError) as raised:
+        check_input_columns(pattern, columns, input_format=None, on_bad_record="fail")
+    assert "field 'ta' is missing" in str(raised.value)
+    assert "(rule: --event_time is required); the nearest is 'at'" in str(raised.value)
+    check_input_columns(  # the right name passes; nothing landed yet passes too
+        pattern, named_columns([], "nr", event_time="at"), input_format=None, on_bad_record="fail"
+    )
+    check_input_columns(
+        str(tmp_path / "empty" / "*"), columns, input_format=None, on_bad_record="fail"
+    )
