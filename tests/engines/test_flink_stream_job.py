@@ -83,3 +83,11 @@ def test_the_stream_job_publishes_each_window_once_on_flink(
     committed = [run for run in runs if run.state == "committed"]
     assert len(committed) == len(windows)  # one run per published window
     assert all(run.cost.epsilon == 1 for run in committed)  # 2 per window / 2 windows a person
+    # nothing charged while Flink started: every window charged closes after the pipeline's
+    # first read (its marker's time), so each could admit a record (issue 37, item 2)
+    reading = (tmp_path / "state" / "scratch" / "1" / stream.READING_MARKER).stat().st_mtime
+    clock = stream.WindowClock(WINDOW_SECONDS)
+    first = int(reading) // WINDOW_SECONDS
+    ends = {clock.label(i): clock.closes_at(i) for i in range(first - 100, first + 100)}
+    charged = [run.details["window"] for run in runs if run.charged]
+    assert charged and all(ends.get(window, 0) > reading for window in charged), (charged, reading)
