@@ -48,6 +48,15 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   budget divided by that bound. A person's loss over the whole job is at most the window's
   budget; the ledger charges every window its share (``budget / max_windows_per_unit``), so
   what it shows spent is an upper bound.
+* **A shard landing twice: the bounds alone.** Rows are bounded per person, whatever file
+  they come from: however often a person's rows land (a shard rewritten under the same name
+  and read again, a copy under a new name), they count in at most ``max_windows_per_unit``
+  windows and, in a window, within each statistic's rows (keys, candidates) per person, so a
+  duplicate never raises a person's privacy loss above the stated bound; it can change a
+  release's value as any of that person's rows can. The watcher reads each file name once per
+  run (a rewrite under the same name is not read again by that run; a restarted run matches
+  the landing location anew, and a copy is a new file). No content digest is kept: remove
+  duplicates upstream where the statistics must not see them.
 * **Exactly once per window.** Each window's releases are gathered into one element and
   committed as one file (``pipelines.execute``'s rule, per window); the job's own process
   publishes each window once, only if it holds exactly the planned releases, after the ledger
