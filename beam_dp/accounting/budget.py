@@ -307,7 +307,8 @@ class PrivacyBudget:
             raise ValueError(
                 f"ledger entry {entry.name!r} matches no share; known shares: {list(self._shares)}"
             )
-        if entry.mechanism != share.mechanism:
+        # a share for a mechanism pays for its top-k form (same kind: kinds.MECHANISMS)
+        if entry.mechanism not in (share.mechanism, f"{share.mechanism}_top_k"):
             raise ValueError(
                 f"ledger entry {entry.name!r} used mechanism {entry.mechanism!r} but its share "
                 f"was for {share.mechanism!r}"

@@ -384,7 +384,9 @@ def resolve_budget(
 
     A share must be allocated (``PrivacyBudget.finalize()`` or ``spend()`` ran), be for the
     same mechanism as the transform (so that permute-and-flip is never accounted with the
-    exponential mechanism's zCDP rate) and cover ``rounds`` selections (``k`` for top-k).
+    exponential mechanism's zCDP rate; a share for ``method`` pays for its top-k form
+    ``method + "_top_k"``, of the same kind, when ``k`` is above 1) and cover ``rounds``
+    selections (``k`` for top-k).
 
     Raises:
         ValueError: naming the parameter and the rule, before any pipeline runs.
@@ -395,7 +397,7 @@ def resolve_budget(
                 f"budget share {epsilon.name!r} has no epsilon yet: call "
                 "PrivacyBudget.finalize() before building the transform"
             )
-        if epsilon.mechanism != mechanism:
+        if mechanism not in (epsilon.mechanism, f"{epsilon.mechanism}_top_k"):
             raise ValueError(
                 f"budget share {epsilon.name!r} was requested for mechanism "
                 f"{epsilon.mechanism!r}, but this transform runs {mechanism!r}; request the "
