@@ -66,6 +66,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
  column-gap:10px;row-gap:2px;align-items:center;margin:.4em 0}
 .plot .k{font-weight:600}
 .plot .v{font-variant-numeric:tabular-nums;font-size:.92rem}
+.nw{white-space:nowrap}
 .track{position:relative;height:26px;margin:0 10px;border-left:1px solid #e3e5e8;
  border-right:1px solid #e3e5e8;background:linear-gradient(#e3e5e8,#e3e5e8) 0 50%/100% 1px
  no-repeat}

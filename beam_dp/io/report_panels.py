@@ -239,20 +239,24 @@ def _numeric_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
                 f'<span class="dot" style="left:{_at(number, lower, upper)}" '
                 f'title="{_e(shown)}"></span>'
             )
-        if ends:
-            text = ", ".join(
+        if ends:  # each "value [lower, upper]," kept on one line
+            items = [
                 f"{format_number(n, own_step)} [{format_number(lo, own_step)}, "
                 f"{format_number(hi, own_step)}]"
                 for n, (lo, hi) in zip(numbers, ends, strict=True)
+            ]
+            text = " ".join(
+                f'<span class="nw">{_e(item)}{"," if i < len(items) - 1 else ""}</span>'
+                for i, item in enumerate(items)
             )
         else:
-            text = ", ".join(format_number(n, own_step) for n in numbers)
+            text = _e(", ".join(format_number(n, own_step) for n in numbers))
         if width:
-            text += f" (± {format_number(width, own_step)})"
+            text += _e(f" (± {format_number(width, own_step)})")
         label = _row_label(release) if ("key" in release or release.get("window")) else ""
         cells.append(
             f'<span class="k">{_e(label)}</span><div class="track">{"".join(marks)}</div>'
-            f'<span class="v">{_e(text)}</span>'
+            f'<span class="v">{text}</span>'
         )
     tick_html = _axis_ticks(lower, upper)
     cells.append(f'<span></span><div class="axis">{tick_html}</div><span></span>')
