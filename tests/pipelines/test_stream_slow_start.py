@@ -12,6 +12,7 @@ from typing import Any
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.testing import test_stream
 from apache_beam.transforms.window import TimestampedValue
 
 from beam_dp.ledger import open_ledger
@@ -30,7 +31,8 @@ class StartingClock:
 
     current: StartingClock | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, start: float = BASE) -> None:
+        self.start = start
         self.started = time.monotonic()
         self.stopped: float | None = None
         StartingClock.current = self
@@ -38,7 +40,7 @@ class StartingClock:
     def __call__(self) -> float:
         if self.stopped is not None:
             return self.stopped
-        return BASE + int((time.monotonic() - self.started) / WINDOW_EVERY) * SIZE
+        return self.start + int((time.monotonic() - self.started) / WINDOW_EVERY) * SIZE
 
     def stop(self) -> float:
         self.stopped = self()
@@ -68,6 +70,14 @@ def _slow_source(pipeline: beam.Pipeline) -> Any:
     return pipeline | beam.Create([None]) | "SlowStart" >> beam.FlatMap(_emit_after_start)
 
 
+def _argv(tmp_path: Path, url: str) -> list[str]:
+    return ["--config", str(_config(tmp_path)), "--landing", "/data/landing/*.csv",
+            "--state", str(tmp_path / "state"), "--output", str(tmp_path / "out"),
+            "--window_seconds", str(SIZE), "--grant_ahead", "1", "--poll_seconds", "0.1",
+            "--ledger", url, "--dataset", "people", "--max_windows_per_unit", "2",
+            "--runner", "BundleBasedDirectRunner"]  # fmt: skip
+
+
 def test_a_slow_start_charges_no_window_that_closed_before_the_pipeline_read(
     tmp_path: Path,
 ) -> None:
@@ -75,11 +85,7 @@ def test_a_slow_start_charges_no_window_that_closed_before_the_pipeline_read(
     budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
                 "--epsilon", "100"], out=io.StringIO())  # fmt: skip
     clock = StartingClock()
-    argv = ["--config", str(_config(tmp_path)), "--landing", "/data/landing/*.csv",
-            "--state", str(tmp_path / "state"), "--output", str(tmp_path / "out"),
-            "--window_seconds", str(SIZE), "--grant_ahead", "1", "--poll_seconds", "0.1",
-            "--ledger", url, "--dataset", "people", "--max_windows_per_unit", "2",
-            "--runner", "BundleBasedDirectRunner"]  # fmt: skip
+    argv = _argv(tmp_path, url)
     document = stream.run(
         argv,
         source=_slow_source,
@@ -100,3 +106,39 @@ def test_a_slow_start_charges_no_window_that_closed_before_the_pipeline_read(
     assert sorted(labels) == sorted(
         stream.WindowClock(SIZE).label(BASE // SIZE + first_read + n) for n in (0, 1)
     ), labels
+
+
+def test_a_restart_that_starts_slowly_charges_nothing_before_its_pipeline_reads(
+    tmp_path: Path,
+) -> None:
+    """The first run publishes window 0 (a person may be in one more window); the restart's
+    pipeline reads only several windows later: the one window it may grant is the one it
+    reads in, not the clock's window at its start."""
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "100"], out=io.StringIO())  # fmt: skip
+    test = test_stream.TestStream()
+    users = [f"u{i}" for i in range(100)]
+    batch = pa.RecordBatch.from_pydict({"user_id": users, "vote": ["b"] * len(users)})
+    test = test.add_elements([TimestampedValue(("shard-first.csv", batch), BASE + 5)])
+    first = stream.run(
+        _argv(tmp_path, url),
+        source=lambda pipeline: pipeline | test.advance_watermark_to_infinity(),
+        now=lambda: BASE,
+    )
+    assert len(first["releases"]) == 1
+    with open_ledger(url) as ledger:
+        before = {run.id for run in ledger.history("people")[0]}
+    clock = StartingClock(start=BASE + 3 * SIZE)
+    second = stream.run(_argv(tmp_path, url), source=_slow_source, now=clock)
+    assert clock.stopped is not None
+    first_read = int(clock.stopped - BASE) // SIZE
+    assert first_read >= 6, first_read  # the restart's start took several windows
+    with open_ledger(url) as ledger:
+        runs = [run for run in ledger.history("people")[0] if run.id not in before]
+    label = stream.WindowClock(SIZE).label(BASE // SIZE + first_read)
+    assert [run.details["window"] for run in runs] == [label], [r.details for r in runs]
+    assert {r["event_window"] for r in second["releases"]} == {
+        stream.WindowClock(SIZE).label(BASE // SIZE),
+        label,
+    }
