@@ -96,7 +96,8 @@ def _statistic_panel(releases: Sequence[Mapping[str, Any]]) -> str:
         accuracy = _cdf_accuracy_block(releases)
     cdfs = [_cdf_of(r["value"]) for r in releases]
     columns = {alpha for cdf in cdfs if cdf is not None for alpha, _ in cdf["quantiles"]}
-    wide = " wide" if len(releases) > 6 or len(columns) > 5 else ""  # a wide table: a wide panel
+    # a wide table, a wide panel (one CDF's quantiles are listed down, not across)
+    wide = " wide" if len(releases) > 6 or (len(releases) > 1 and len(columns) > 5) else ""
     return (
         f'<section class="panel{wide}" id="release-{_e(first["name"])}">'
         f'<h2>{_e(first["name"])}</h2><p class="meta">{meta}</p>{body}'

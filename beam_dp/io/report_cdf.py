@@ -202,6 +202,7 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
     alphas = requested or list(_CDF_DEFAULT_QUANTILES)
     head = "".join(f'<th class="n">{_e(format_share(a))}</th>' for a in alphas)
     rows = []
+    columns: list[tuple[list[str], str, str, str]] = []
     for release, cdf in zip(releases, parts, strict=True):
         given = dict(cdf["quantiles"])
         ends = _cdf_intervals(release)
@@ -215,7 +216,8 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
                 text += f" [{format_number(ends[a][0], step)}, {format_number(ends[a][1], step)}]"
             return f'<td class="n">{_e(text)}</td>'
 
-        cells = "".join(cell(a) for a in alphas)
+        by_alpha = [cell(a) for a in alphas]
+        cells = "".join(by_alpha)
         size = f"{int(cdf['n_hat']):,}" if _is_number(cdf["n_hat"]) else "–"
         k = f"{int(cdf['k']):,}" if _is_number(cdf["k"]) else "–"
         keyed = "key" in release or bool(release.get("window"))
@@ -223,6 +225,7 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
         word = "" if keyed else ' class="word"'  # one word, never broken letter by letter
         bound = release.get("accuracy", {}).get("ks_distance")
         shown = _bound(float(bound)) if _is_number(bound) else "–"
+        columns.append((by_alpha, shown, k, size))
         rows.append(
             f'<tr><th{word}>{_e(name)}</th>{cells}<td class="n">{_e(shown)}</td>'
             f'<td class="n">{_e(k)}</td><td class="n">{_e(size)}</td></tr>'
@@ -239,16 +242,39 @@ def _cdf_panel_body(releases: Sequence[Mapping[str, Any]]) -> str:
         )
     released = [cdf["count_released"] for cdf in parts]
     size_head = "n̂ (released)" if all(released) else "n" if not any(released) else "n or n̂"
-    table = (
-        f'<p class="meta">{caption}, read from the released CDF (no extra ε)'
-        f"{intervals_note}:</p>"
-        + _scroll(
+    if len(parts) == 1:  # one release: a quantile a row (29 of them read down, not across)
+        grid = (
+            '<table class="qt"><tr><th class="word">alpha</th><th class="n">released</th></tr>'
+            f"{_one_release_rows(alphas, columns[0], size_head)}</table>"
+        )
+    else:
+        grid = (
             f'<table class="qt"><tr><th></th>{head}<th class="n">KS ≤</th><th class="n">k</th>'
             f'<th class="n">{size_head}</th></tr>{"".join(rows)}</table>'
         )
+    table = (
+        f'<p class="meta">{caption}, read from the released CDF (no extra ε)'
+        f"{intervals_note}:</p>" + _scroll(grid)
     )
     legend_html = f'<p class="legend">{"".join(legend)}</p>' if legend else ""
     return f"{plot}{legend_html}{more}{table}"
+
+
+def _one_release_rows(
+    alphas: Sequence[float], column: tuple[list[str], str, str, str], size_head: str
+) -> str:
+    """The quantile table of one release, transposed: an alpha and its quantile a row, then
+    the KS bound, k and the size."""
+    cells, shown, k, size = column
+    rows = [
+        f'<tr><th class="n">{_e(format_share(a))}</th>{cell}</tr>'
+        for a, cell in zip(alphas, cells, strict=True)
+    ]
+    rows += [
+        f'<tr><th class="word">{_e(head)}</th><td class="n">{_e(text)}</td></tr>'
+        for head, text in (("KS ≤", shown), ("k", k), (size_head, size))
+    ]
+    return "".join(rows)
 
 
 def _cdf_accuracy_block(releases: Sequence[Mapping[str, Any]]) -> str:

@@ -108,7 +108,7 @@ table.qt td{overflow-wrap:normal;white-space:nowrap;padding-right:6px}
 table.qt th.n{overflow-wrap:normal;white-space:nowrap;padding-right:6px}
 .scroll{overflow-x:auto;max-width:100%;margin:.2em 0}
 .scroll>table{width:auto;min-width:100%}
-th{min-width:7em;max-width:18em;overflow-wrap:anywhere}
+th{min-width:10em;max-width:18em;overflow-wrap:anywhere}
 th.word{white-space:nowrap;min-width:0}
 """
 

@@ -216,3 +216,17 @@ def test_every_panel_fits_its_box_on_real_grids(width: int, tmp_path: Path) -> N
             chromium, out / "report.html", width, Path(shots) / f"report-{width}.png", tmp_path
         )
         (Path(shots) / f"panels-{width}.json").write_text(json.dumps(facts["panels"], indent=1))
+
+
+def test_one_cdf_lists_its_29_quantiles_down_and_many_cdfs_across() -> None:
+    from beam_dp.io.report import render_report
+
+    page = render_report(real_grid_document())
+    one = re.search(r'id="release-spend_cdf">(.*?)</section>', page, re.S)
+    many = re.search(r'id="release-spend_cdf_by_region">(.*?)</section>', page, re.S)
+    assert one and many
+    rows = re.findall(r'<tr><th class="n">([^<]*)</th><td class="n">([^<]*)</td></tr>', one[1])
+    assert [alpha for alpha, _ in rows][:3] == ["0.0333", "0.0667", "0.1"] and len(rows) == 29
+    assert all(re.fullmatch(r"\d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\]", cell) for _, cell in rows)
+    assert 'class="panel"' in page.split('id="release-spend_cdf"')[0][-40:]  # narrow: fits
+    assert many[1].count("<tr><th>region-") == 50  # a key a row, its quantiles across
