@@ -237,7 +237,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
         "--input_format",
         choices=["avro", "parquet", "csv", "jsonl"],
         default=None,
-        help="the files' format. Default: taken from each file's suffix",
+        help="the format of files whose suffix names none. Default: each file's suffix "
+        "(an export may mix formats)",
     )
     unit = parser.add_mutually_exclusive_group(required=True)
     unit.add_argument(

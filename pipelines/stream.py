@@ -157,7 +157,7 @@ from pipelines._state import LOG
 from pipelines.cli import SKIP_HINT_CONFIG, cli
 from pipelines.execute import PlannedRelease, ReleaseCheckError, check_releases
 from pipelines.flags import JOB_EPILOG, add_operator_arguments, job_parser, parse_args
-from pipelines.job_run import check_privacy_unit
+from pipelines.job_run import check_input_columns, check_privacy_unit, named_columns
 from pipelines.ledger_charge import check_ledger_flags
 from pipelines.release import config_keys_help, load_config
 from pipelines.statistics import StatisticSpec, spec_from_config
@@ -1068,6 +1068,16 @@ def run(
         spec.transform(unit_column=unit, relation=relation, on_bad_record=on_bad_record)
         for spec in specs
     ]
+    # Every named column against the shards already landed, before any grant or charge (files
+    # that land later are checked when read, after their window's charge).
+    check_input_columns(
+        args.landing,
+        named_columns(
+            specs, unit, event_time=args.event_time, event_time_format=args.event_time_format
+        ),
+        input_format=source_table.get("format"),
+        on_bad_record=on_bad_record,
+    )
     state = StreamState(args.state)
     identity = _job_identity(args, Path(args.config).read_bytes())
     job_id, known, attempts = _open_state(state, identity)
