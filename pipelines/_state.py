@@ -30,6 +30,8 @@ class JobState:
             ``"write"`` (the releases are collected and written).
         writing_outputs: Once True, a release may have escaped.
         stages: The full labels of the job's pipeline (public: they come from the job).
+        sources: The input files the job matched (public: paths, never contents).
+        columns: The columns the job names (public: they come from its flags or config).
         show_tracebacks: ``--show_tracebacks_unsafe`` was given (not private).
         skip_hint: How the job's user asks to skip bad records.
     """
@@ -42,6 +44,8 @@ class JobState:
         self.phase = "prepare"
         self.writing_outputs = False
         self.stages: frozenset[str] = frozenset()
+        self.sources: frozenset[str] = frozenset()
+        self.columns: frozenset[str] = frozenset()
         self.show_tracebacks = False
         self.skip_hint = SKIP_HINT_FLAG
 

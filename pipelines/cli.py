@@ -144,6 +144,30 @@ def _raised_by_own_code(error: BaseException) -> bool:
     return os.path.abspath(trace.tb_frame.f_code.co_filename).startswith(_OWN_CODE)
 
 
+# Our BadRecordError as a worker in another process hands it back, as text:
+# "BadRecordError: <file>: [<position>: ]field '<field>'<the rule>".
+_BAD_RECORD_TEXT = re.compile(r"BadRecordError: ([^\n]+?): (?:[^\n:]+: )?field '([^'\n]+)'")
+
+
+def _bad_record_in_text(text: str) -> str | None:
+    """The one line for a bad record that failed a worker in another process (the
+    multi-process DirectRunner, an external worker pool), which hands the job only text.
+
+    Text is never passed through: a record's value could imitate our message. Only a file the
+    job matched and a column the job names are taken from it, each checked against the job's
+    own public lists; the position and the rule are not (a value could forge them).
+    """
+    for found in _BAD_RECORD_TEXT.finditer(text):
+        source, field = found.group(1), found.group(2)
+        names = {path.rsplit("/", 1)[-1] for path in STATE.sources}
+        if (source in STATE.sources or source in names) and field in STATE.columns:
+            return (
+                f"{source}: field '{field}' (a bad record: its value breaks the column's rule; "
+                f"{STATE.skip_hint} drops such records)"
+            )
+    return None
+
+
 def failure_message(error: Exception) -> str:
     """The one line :func:`cli` prints: never a library's text from a running pipeline."""
     if isinstance(error, BeamDPError):
@@ -166,7 +190,11 @@ def failure_message(error: Exception) -> str:
     if STATE.phase == "write":
         return f"the job failed while writing its outputs ({kind}); {_UNSAFE_HINT}"
     # Only a label of this job's own pipeline is named (they are public), never other text.
-    stages = [label for label in _STAGE.findall(str(error)) if label in STATE.stages]
+    text = str(error)
+    bad_record = _bad_record_in_text(text)
+    if bad_record is not None:
+        return bad_record
+    stages = [label for label in _STAGE.findall(text) if label in STATE.stages]
     where = f"in stage {stages[0]!r}" if stages else "while the pipeline ran"
     return f"the pipeline failed {where} ({kind}); {_UNSAFE_HINT}"
 

@@ -38,7 +38,7 @@ from beam_dp import (
 )
 from beam_dp.io.schema import NamedColumn, check_export_columns
 from beam_dp.ledger import RunInfo, config_digest
-from pipelines._state import LOG
+from pipelines._state import LOG, STATE
 from pipelines.execute import (
     JOB_STAGES,
     READ_EXPORT,
@@ -368,9 +368,11 @@ def run_statistics(
     check_output(output, overwrite)
     check_writable(output)
     # public facts before the ledger: a misspelt column costs nothing
+    named = named_columns(specs, privacy_unit)
+    STATE.columns = frozenset(column.name for column in named)
     check_input_columns(
         input_pattern,
-        named_columns(specs, privacy_unit),
+        named,
         input_format=input_format,
         on_bad_record=on_bad_record,
     )
@@ -420,6 +422,7 @@ def run_statistics(
         report_skipped_files=on_bad_record == "skip",
     )
     files, size = match_input_files(input_pattern)
+    STATE.sources = frozenset(files)
     LOG.info("statistics: %s", ", ".join(spec.name for spec in specs))
     LOG.info(
         "input: %s (%d file(s), about %s)",

@@ -5,8 +5,9 @@ multi_processing``) and Dask (a local cluster the runner starts), with a secret 
 bad record of each kind (a value, a privacy-unit id, a candidate; tests/secret_marker_helpers.py).
 
 Under ``fail`` the job ends with one ``error:`` line (our own message, naming file and field,
-where the runner hands the job our error; the failed stage where it hands only text: the
-multi-process DirectRunner) and nothing else; under ``skip`` it prints progress only. Before
+from our own error object, or, where a worker in another process hands only text (the
+multi-process DirectRunner), the file and field read back from it and checked against the
+job's own lists) and nothing else; under ``skip`` it prints progress only. Before
 the job's stderr was diverted (pipelines._terminal.divert_stderr), a multi-process or Dask run
 printed the SDK workers' tracebacks and Dask's "Compute Failed" records (28-116 lines).
 The same on FlinkRunner: tests/engines/test_flink_secret_marker.py.
@@ -34,9 +35,10 @@ RUNNERS = {
     "multi_processing": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "2"],
     "dask": DASK,
 }
-# Whether the runner hands the job our own error (an object: file and field in its message),
-# or only a worker's text (then the line names the stage: a text could imitate our message).
-OWN_MESSAGE = {"direct": True, "multi_processing": False, "dask": True}
+# Every runner names file and field: Dask and the in-process DirectRunner hand the job our own
+# error; the multi-process DirectRunner hands only a worker's text, from which the job takes a
+# file it matched and a column it names, nothing else (pipelines.cli._bad_record_in_text).
+OWN_MESSAGE = {"direct": True, "multi_processing": True, "dask": True}
 
 # Each kind on the in-process and the multi-process DirectRunner; Dask (about 20 s a run, for
 # its cluster) with one kind.
