@@ -99,6 +99,7 @@ from beam_dp.io.decoding import (
     jsonl_rows,
     parquet_batches,
 )
+from beam_dp.io.watch import WatchFiles, watches_in_process
 
 __all__ = [
     "FORMATS",
@@ -563,8 +564,10 @@ class ReadExport(beam.PTransform):
         report_skipped_files: also emit a :class:`SkippedFile` for each file (each Avro range)
             skipped as undecodable; by default the output is the batches only.
         watch_interval: seconds between two matches of the pattern: the export is then watched
-            for new files (``fileio.MatchContinuously``, each file read once) and the output is
-            unbounded; None (default) reads the files matched once (bounded).
+            for new files (``fileio.MatchContinuously``; on Beam's BundleBasedDirectRunner,
+            which cannot run it, :class:`beam_dp.io.watch.WatchFiles` with the same rules: each
+            file read once, timestamped by its match time) and the output is unbounded; None
+            (default) reads the files matched once (bounded).
         watch_until: with ``watch_interval``, the Unix time after which no new file is matched
             (the stream then ends); None: watch until the job is stopped.
 
@@ -683,6 +686,14 @@ class ReadExport(beam.PTransform):
                 | "ByPath" >> beam.Map(lambda metadata: (metadata.path, metadata))
                 | "OnceEach" >> beam.CombinePerKey(_first)
                 | "Files" >> beam.Values()
+            )
+        elif watches_in_process(pbegin.pipeline):
+            # Beam's BundleBasedDirectRunner runs no splittable DoFn in streaming mode: the
+            # job's own watcher, with MatchContinuously's rules (beam_dp.io.watch)
+            files = pbegin | "WatchFiles" >> WatchFiles(
+                self._patterns[0],
+                interval=float(interval),
+                until=None if until is None else float(until),
             )
         else:
             watch = fileio.MatchContinuously(
