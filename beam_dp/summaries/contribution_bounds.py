@@ -22,24 +22,54 @@ of 40-60 rows the median rule would choose 64 and 1024 equally often.
 Rules (``rule=``)
 -----------------
 ``"quantile"`` (the default, chosen by measurement; RESULTS.md "Real data (issue 14)")
-    The bound is a private ``alpha``-quantile of the buckets of rows per unit: the quantile
-    utility ``-|(1-alpha) L(b) - alpha G(b)|`` of :class:`~beam_dp.scores.QuantileScore`,
-    each unit one value. Its best candidate is the smallest bound that at least a fraction
-    ``alpha`` of the units fit in (up to ties).
+    The bound is a private, conservative ``alpha``-quantile of the buckets of rows per unit.
+    Bucket ``b`` holds the ranks ``[L(b), F(b)]``, ``F(b) = L(b) + E(b) = #(c <= b)``; the
+    utility is minus the distance of a target rank ``T`` from them,
+    ``-max(0, T - F(b), L(b) - T)``, zero on the bucket that holds rank ``T``. With
+    ``T = alpha n`` (``margin`` 0 in :func:`bound_scores`) its maximiser is
+    ``best = b* = min{b : #(c <= b) >= alpha n}``, the smallest bound that at least a fraction
+    ``alpha`` of the units fit in (:func:`best_bound`; larger bounds tie with it only where
+    exactly ``alpha n`` units fit in ``b*``, up to the next bucket that holds a unit).
+    :func:`choice_scores` lowers the target by a public **margin** of ``M`` ranks,
+    ``T = alpha n - M``, and subtracts a **tail penalty** ``tau * i`` from the ``i``-th
+    candidate:
 
-    **Tail penalty.** Every candidate above the largest unit scores the same, ``-(1-alpha)``
-    times the number of units, only ``(1-alpha) E(b)`` below the best one: with few units or
-    a small epsilon the flat tail keeps real mass (measured on the bundled sample, 3 000 units
-    of 1-5 rows at epsilon 0.08: the exact pmf put 0.22 on bounds 16 ... 1024, 0.03 on 1024,
-    whose noise is 128 times that of 8 for the same rows). :func:`choice_scores` subtracts
-    ``tau * i`` from the ``i``-th candidate, ``tau = 2 * (7/10) * sensitivity / epsilon``
-    (``7/10 > ln 2``), rounded up to the score's unit: each doubling at least halves a
-    candidate's exponential-mechanism weight (``exp(-epsilon tau / (2 sensitivity))``), so the
-    tail's mass is at most about twice that of its first candidate (0.06 there, 0.0006 on
-    1024). The penalty is a fixed function of the candidate and of the public epsilon and
-    sensitivity: the utility's sensitivity is unchanged. Its cost is a pull of ``tau`` per
-    doubling towards smaller bounds, small against the score gaps of data with many units
-    (12.6 units per doubling at epsilon 0.1, against gaps of hundreds on the flights).
+        ``M = 2 * sensitivity * ln(1/t) / epsilon`` (``t = TAIL_PROBABILITY = 1/1000``,
+        :func:`tail_margin`: ``ln(1/t)`` replaced by a rational upper bound, ``M`` rounded up
+        to an integer), ``tau = 2 * (7/10) * sensitivity / epsilon`` rounded up to the score's
+        unit (``7/10 > ln 2``: each doubling at least halves a weight).
+
+    Both are fixed functions of the candidate's position and of the public epsilon, alpha and
+    sensitivity: the utility's sensitivity is that of the distance (below).
+
+    **Tail bound.** For every histogram with ``alpha n >= M``, every epsilon, both relations
+    and both methods, ``P(bound >= 2 b*) <= t``. Proof: the rank intervals of the buckets
+    tile ``[0, n]``, so some bucket ``b_T <= b*`` holds ``T`` (``0 <= T <= alpha n <=
+    F(b*)``) and scores 0, and the top score is at least ``-tau i(b_T)``. A bound
+    ``b = 2^j b*`` (``j >= 1``) has ``L(b) >= F(b*) >= alpha n``, so its utility is at most
+    ``-(L(b) - T) <= -M`` and its score is at least ``M + j tau`` below the top. The
+    exponential mechanism gives a candidate probability at most
+    ``exp(-epsilon (s_max - s_r) / (2 sensitivity))`` (the normaliser holds the top, of weight
+    1); permute-and-flip at most its coin's probability, the same number (McKenna and Sheldon
+    2020). Summing, ``P(bound >= 2 b*) <= exp(-epsilon M / (2 sensitivity)) * sum_{j>=1}
+    2^-j <= t``. Where ``alpha n < M`` (few units at a small epsilon: ``n < 139`` at epsilon
+    0.1, alpha 0.9) the bucket of rank 0 is bound 1, and the same sum gives
+    ``P(bound >= 2 b*) <= exp(-epsilon alpha n / (2 sensitivity))``: the choice drifts to
+    small bounds, dropping rows rather than adding noise.
+
+    **Its cost.** The choice targets rank ``alpha n - M``, not ``alpha n``: ``M`` = 125 ranks
+    at epsilon 0.1 (the jobs' default at epsilon 1), sensitivity 0.9, i.e. the 0.65-quantile
+    at 500 units, 0.875 at 5 000, 0.8975 at 50 000. Some such cost is unavoidable: a unit set
+    ``D`` of 500 units at 4 rows and ``D'`` = ``D`` plus 56 units at 8 rows (``b*`` 4 and 8)
+    are 56 additions apart, so any 0.1-DP choice with ``P_D(bound >= 8) <= 1/1000`` has
+    ``P_D'(bound >= 8) <= e^5.6 / 1000 = 0.27``. Measured with the exact pmf
+    (:func:`choice_probabilities`; tests/summaries/test_bound_tail.py) at epsilon 0.1,
+    add/remove, permute-and-flip, before (the plain quantile utility with ``tau``) and after:
+    ``P(bound >= 2 b*)`` at 500 units 0.12 / 0.16 / 0.15 (1-8 rows, 1-50 rows, a panel of 1-4)
+    became 3e-5 / 1e-5 / 2e-5; ``P(bound = b*)`` 0.88 / 0.84 / 0.85 became 0.98 / 0.33 / 0.75
+    (the 1-50 choice mostly 32, dropping rows of the 36% of units above 32); at 5 000 and
+    50 000 units ``P(bound = b*)`` is 1.000 before and after, and the tail went from at most
+    2e-5 to below 1e-14.
 
 ``"tradeoff"``
     Trades rows kept against the noise the bound implies. Bounding at ``b`` drops
@@ -62,10 +92,12 @@ Sensitivity
 -----------
 Each privacy unit contributes exactly one count to the histogram, whatever its rows.
 
-* ``"quantile"``: ``max(alpha, 1-alpha)`` under ``add_remove`` (a unit, in one bucket,
-  moves ``L`` or ``G`` of every candidate by one, or neither); ``1`` under ``replace`` (a
-  changed unit may leave ``L`` and join ``G``: ``(1-alpha) + alpha``). These are
-  ``QuantileScore``'s sensitivities with one value per unit.
+* ``"quantile"``: ``max(alpha, 1-alpha)`` under ``add_remove``: an added unit moves ``T``
+  by ``alpha`` and each of ``L(b)``, ``F(b)`` by 0 or 1, the same 1 for both where the unit
+  is below ``b``'s bucket, so ``T - F(b)`` and ``L(b) - T`` each move by ``alpha`` or
+  ``1 - alpha`` (the margin is a constant), and a maximum of terms moves by at most their
+  largest move. ``1`` under ``replace``: ``n`` and ``T`` are fixed and ``L``, ``F`` move by
+  at most one.
 * ``"tradeoff"``: ``1`` under both relations: ``G(b)`` and ``G(b) + E(b)`` each move by at
   most one when one unit is added, removed or changed, and the distance of a fixed
   ``lambda`` from an interval moves by at most the largest move of its ends.
@@ -98,6 +130,7 @@ P(true top) 0.89 without a bound at epsilon 0.02, against 0.84 / 0.80 / 0.41 bou
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -114,8 +147,13 @@ from beam_dp._validation import (
     to_fraction,
 )
 from beam_dp.mechanisms.randomness import RandomSource, as_random_source
-from beam_dp.mechanisms.selection import Method, check_method, score_loss_bound, select
-from beam_dp.scores import QuantileScore
+from beam_dp.mechanisms.selection import (
+    Method,
+    check_method,
+    score_loss_bound,
+    select,
+    selection_probabilities,
+)
 
 __all__ = [
     "BOUND_RULES",
@@ -123,17 +161,22 @@ __all__ = [
     "DEFAULT_CAP",
     "DEFAULT_RULE",
     "DEFAULT_SHARE",
+    "TAIL_PROBABILITY",
     "BoundChoice",
     "BoundRule",
     "BoundScores",
+    "best_bound",
     "bound_scores",
     "candidate_bounds",
+    "choice_probabilities",
     "choice_scores",
     "choose_bound",
     "count_histogram",
     "merge_counts",
     "quantile_noise_per_bound",
     "split_epsilon",
+    "tail_log_odds",
+    "tail_margin",
 ]
 
 BoundRule = Literal["quantile", "tradeoff"]
@@ -278,6 +321,7 @@ def bound_scores(
     alpha: float | Fraction = DEFAULT_ALPHA,
     noise_per_bound: float | Fraction | None = None,
     relation: str = "add_remove",
+    margin: int = 0,
 ) -> BoundScores:
     """The exact integer scores of the candidate bounds, with their sensitivity.
 
@@ -287,6 +331,8 @@ def bound_scores(
         alpha: the quantile of rows per unit (``"quantile"``).
         noise_per_bound: ``lambda`` (``"tradeoff"``), public, > 0.
         relation: ``"add_remove"`` or ``"replace"``.
+        margin: ``"quantile"``: the public number of ranks the target ``alpha n`` is lowered
+            by (:func:`tail_margin`; 0 for the plain quantile utility), an integer >= 0.
     """
     histogram = _check_histogram(counts)
     chosen_rule = _check_rule(rule)
@@ -298,10 +344,16 @@ def bound_scores(
     less = cumulative[positions // 2]  # #(c <= b/2): units below b's bucket (b/2, b]
     greater = total - cumulative[positions]  # #(c > b)
     if chosen_rule == "quantile":
-        score = QuantileScore(alpha=_check_alpha(alpha), grid=[float(b) for b in bounds])
-        return BoundScores(
-            score.compute_from_counts(less, greater), score.unit, score.sensitivity(rel), bounds
-        )
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"'margin' must be an integer >= 0; received {margin!r}")
+        fraction = _check_alpha(alpha)
+        p, q = fraction.numerator, fraction.denominator
+        target = p * total - q * int(margin)  # q * (alpha n - margin)
+        at_most = cumulative[positions]  # #(c <= b) = L(b) + E(b)
+        distance = np.maximum(target - q * at_most, q * less - target)
+        quantile_scores: IntArray = -np.maximum(distance, 0).astype(np.int64)
+        sensitivity = Fraction(1) if rel == "replace" else max(fraction, 1 - fraction)
+        return BoundScores(quantile_scores, Fraction(1, q), sensitivity, bounds)
     if noise_per_bound is None:
         raise ValueError("'noise_per_bound' is required with rule='tradeoff'")
     lam = _check_lambda(noise_per_bound)
@@ -316,6 +368,28 @@ def bound_scores(
 #: candidate at least halves the exponential-mechanism weight of each next doubling.
 LN2_ABOVE = Fraction(7, 10)
 
+#: The tail target of the ``"quantile"`` rule: ``P(bound >= 2 * best) <= TAIL_PROBABILITY``
+#: whenever ``alpha * n`` reaches the margin (module docstring, "Tail bound").
+TAIL_PROBABILITY = Fraction(1, 1000)
+
+
+def tail_log_odds(tail: Fraction = TAIL_PROBABILITY) -> Fraction:
+    """A rational upper bound of ``ln(1/tail)``, within ``2e-6`` of it (public).
+
+    ``math.log`` is correct to within an ulp; rounding up to ``1e-6`` and adding ``1e-6``
+    keeps the result above the real logarithm.
+    """
+    check_probability_open(tail, "tail")
+    value = -math.log(float(tail))
+    return Fraction(math.ceil(value * 1_000_000) + 1, 1_000_000)
+
+
+def tail_margin(epsilon: Fraction, sensitivity: Fraction) -> int:
+    """The ``"quantile"`` rule's margin in ranks: ``2 sensitivity ln(1/t) / epsilon`` rounded
+    up to an integer (public: parameters only)."""
+    margin = 2 * tail_log_odds() * sensitivity / epsilon
+    return -(-margin.numerator // margin.denominator)
+
 
 def choice_scores(
     counts: npt.ArrayLike,
@@ -328,11 +402,12 @@ def choice_scores(
     counts_per_unit: int = 1,
 ) -> BoundScores:
     """The exact scores :func:`choose_bound` selects over: :func:`bound_scores`, with the
-    ``"quantile"`` rule's tail penalty (module docstring) and the sensitivity of
+    ``"quantile"`` rule's margin and tail penalty (module docstring) and the sensitivity of
     ``counts_per_unit`` counts per unit.
 
-    Privacy: the penalty depends only on the candidate's position, ``epsilon`` and the
-    sensitivity (all public), so each score moves by the same amount as without it.
+    Privacy: the margin and the penalty depend only on the candidate's position,
+    ``epsilon``, ``alpha`` and the sensitivity (all public), so each score moves by the same
+    amount as the distance's (module docstring, "Sensitivity").
     """
     check_positive_finite(epsilon, "epsilon")
     check_positive_int(counts_per_unit, "counts_per_unit")
@@ -343,10 +418,70 @@ def choice_scores(
     sensitivity = scored.sensitivity * int(counts_per_unit)
     scores = scored.scores
     if _check_rule(rule) == "quantile":
+        margin = tail_margin(eps, sensitivity)  # ranks of counts below alpha n
+        scores = bound_scores(counts, alpha=alpha, relation=relation, margin=margin).scores
         tau = 2 * LN2_ABOVE * sensitivity / eps / scored.unit  # in integer score steps
         step = -(-tau.numerator // tau.denominator)  # rounded up: at least halving
         scores = scores - step * np.arange(scores.size, dtype=np.int64)
     return BoundScores(scores, scored.unit, sensitivity, scored.bounds)
+
+
+def best_bound(
+    counts: npt.ArrayLike,
+    *,
+    rule: str = DEFAULT_RULE,
+    alpha: float | Fraction = DEFAULT_ALPHA,
+    noise_per_bound: float | Fraction | None = None,
+) -> int:
+    """The best bound of a rule on known data: the smallest maximiser of its utility without
+    margin or penalty; for ``"quantile"``, ``b* = min{b : #(c <= b) >= alpha n}`` (module
+    docstring). For tests and for public data: it reads the exact histogram and is never
+    released."""
+    scored = bound_scores(counts, rule=rule, alpha=alpha, noise_per_bound=noise_per_bound)
+    top = np.flatnonzero(scored.scores == scored.scores.max())
+    return scored.bounds[int(top[0])]
+
+
+def choice_probabilities(
+    counts: npt.ArrayLike,
+    *,
+    epsilon: float | Fraction,
+    rule: str = DEFAULT_RULE,
+    alpha: float | Fraction = DEFAULT_ALPHA,
+    noise_per_bound: float | Fraction | None = None,
+    relation: str = "add_remove",
+    counts_per_unit: int = 1,
+    method: str = "permute_and_flip",
+) -> dict[int, float]:
+    """The exact probability law of :func:`choose_bound`'s bound on a given histogram.
+
+    The scores :func:`choose_bound` selects over, through
+    :func:`~beam_dp.mechanisms.selection.selection_probabilities` (the exponential
+    mechanism's closed form; permute-and-flip's, integrated numerically), as floats. For
+    tests and for public data; never used to sample a release.
+
+    Returns:
+        ``{bound: probability}`` over the candidate bounds, summing to 1.
+    """
+    check_positive_finite(epsilon, "epsilon")
+    eps = to_fraction(epsilon, "epsilon")
+    scored = choice_scores(
+        counts,
+        epsilon=eps,
+        rule=rule,
+        alpha=alpha,
+        noise_per_bound=noise_per_bound,
+        relation=relation,
+        counts_per_unit=counts_per_unit,
+    )
+    probabilities = selection_probabilities(
+        scored.scores,
+        epsilon=eps,
+        sensitivity=scored.scaled_sensitivity,
+        monotonic=False,
+        method=check_method(method),
+    )
+    return {bound: float(p) for bound, p in zip(scored.bounds, probabilities, strict=True)}
 
 
 @dataclass(frozen=True)
