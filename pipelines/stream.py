@@ -92,13 +92,39 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
     granted again to the new run (its ledger run reused, never charged twice) if it can
     still admit records and the new run may grant it; otherwise it is abandoned (its ledger
     run too: it stays charged);
-  - each person is counted in every used window of an earlier run, up to that run's own
-    per-person bound (``used = Σ over runs of min(bound, used windows)``). The new run's
-    bound is ``max_windows_per_unit - used``: with nothing used, the job's bound (a person
-    in that many windows); with some used, the new run grants at most that many windows in
-    all (so no person can be in more, whatever the data), then stops; with nothing left, the
-    job publishes what was pending and refuses to admit records (start a new job with a new
-    ``--state``: its windows are charged anew, and every person gets fresh windows).
+  - each person keeps the windows they used. A window's commit (the one file its releases
+    are committed in, ``scratch/<run>/<window>.json``) also names every person admitted into
+    it, in the same atomic file, so its releases and its persons exist together or not at
+    all. A person is named by a **keyed hash**: BLAKE2b, keyed with the job's secret
+    (``person_key.json``, 32 bytes from the OS CSPRNG, made once per ``--state``), of the
+    stable unit hash every statistic bounds by (``beam_dp.batching.canonical_hash64``, the
+    same identity rule), never an id. The restart counts, for each person, the used windows
+    that name them; a used window that names no one (its releases may exist but its commit
+    is missing, e.g. a ledger run committed by a run killed before its pipeline's commit, or
+    a state of an earlier version of the job) counts for **everyone**, up to its run's own
+    per-person bound (``Σ over runs of min(bound, used windows)``). The new run's pipeline
+    starts each person's window state from those counts (``scratch/<run>/used_windows.json``,
+    written before the pipeline starts and read by its workers): a person admitted into
+    ``max_windows_per_unit`` windows is admitted into none, the others into what they have
+    left, and the job goes on (it no longer stops after a restart). Only when the windows
+    that count for everyone reach ``max_windows_per_unit`` does the job publish what was
+    pending and refuse to admit records (start a new job with a new ``--state``: its windows
+    are charged anew, and every person gets fresh windows). A job without a privacy unit
+    (``record_level``) names no one: every used window counts for everyone, and a restart
+    after some were used grants at most what is left of the bound, then stops;
+  - **why the job's own state, not Flink's savepoints**: it works on every runner (Flink,
+    the DirectRunner, any other), on a crash as on a stop (a savepoint must be taken before
+    the job stops; a SIGKILL leaves none, and the embedded ``[local]`` Flink keeps no state
+    across processes), and a restart can prove what it resumes from (every window's persons
+    are committed with its releases, or counted for everyone). **Upgrading** the job: stop
+    it (``--stop_file``, or kill it: a window in flight is finished once or not at all), then
+    start the new version on the same ``--state`` with the same config and flags.
+  - **size**: the persons grow with people, not rows: each window's commit holds one number
+    (≤ 20 digits) per distinct person admitted into it; a restart reads every used window's
+    persons and keeps one count per distinct person (the driver), and each worker of the
+    new pipeline one row of ``max_windows_per_unit`` slots per person it has seen or who
+    used windows before (8 bytes each). The keyed hashes stay in ``--state``: never in the
+    outputs, the logs or the ledger.
 
   So no person's records are in more than ``max_windows_per_unit`` published windows across
   any sequence of kills and restarts. Windows keep their budget share
@@ -135,11 +161,13 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from apache_beam.coders import PickleCoder
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms import window as beam_window
 from apache_beam.transforms.combiners import ToListCombineFn
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
 from beam_dp import (
     BeamDPError,
@@ -152,6 +180,8 @@ from beam_dp import (
     ledger_entries_to_record,
     write_outputs,
 )
+from beam_dp.batching import canonical_hash64
+from beam_dp.beam._contributions import WindowAdmissions
 from beam_dp.ledger import Cost, LedgerError, Plan, Reservation, RunInfo, open_ledger
 from pipelines._state import LOG
 from pipelines.cli import SKIP_HINT_CONFIG, cli
@@ -532,21 +562,170 @@ class AssignWindows(beam.DoFn):
             yield beam_window.TimestampedValue((source, part), stamp)
 
 
-class CommitWindow(beam.DoFn):
-    """One window's releases as one file in the scratch location (written whole, renamed)."""
+#: In ``--state``: the job's secret key of the persons' hashes (:func:`person_hashes`).
+PERSON_KEY = "person_key.json"
+#: In ``scratch/<run>/``: the windows each person already used before this run (written by the
+#: job's process before the pipeline starts; read by :class:`AdmitPersons`).
+USED_WINDOWS = "used_windows.json"
+PERSONS_TAG = "persons"
+#: How many keys the per-person window state is spread over.
+PERSON_SHARDS = 16
 
-    def __init__(self, scratch: str, clock: WindowClock):
+
+def person_key(state: StreamState, *, create: bool = False) -> bytes:
+    """The job's secret key of the persons' hashes (32 bytes from the OS CSPRNG, made once
+    per ``--state``, private there like every file of it); fails closed if it is missing."""
+    found = state.read(PERSON_KEY)
+    if isinstance(found, dict) and isinstance(found.get("key"), str):
+        key = bytes.fromhex(found["key"])
+        if len(key) == 32:
+            return key
+    if found is not None or not create:
+        raise StreamError(f"--state {state.location}: the persons' key is missing or unreadable")
+    state.write({"key": os.urandom(32).hex()}, PERSON_KEY)
+    return person_key(state)
+
+
+def person_hashes(key: bytes, units: np.ndarray) -> np.ndarray:
+    """Each unit's keyed hash: BLAKE2b keyed with the job's key over the pipeline's stable
+    unit hash (:func:`beam_dp.batching.canonical_hash64`, the identity rule every statistic
+    bounds by), 64 bits. Without the key (kept in ``--state`` only) a hash cannot be tied to
+    an id; two ids whose hashes collide are one person here (they share a window bound:
+    utility only)."""
+    distinct, inverse = np.unique(np.asarray(units, dtype=np.uint64), return_inverse=True)
+    keyed = np.fromiter(
+        (
+            int.from_bytes(
+                hashlib.blake2b(int(u).to_bytes(8, "little"), key=key, digest_size=8).digest(),
+                "little",
+            )
+            for u in distinct
+        ),
+        dtype=np.uint64,
+        count=distinct.size,
+    )
+    return keyed[inverse.reshape(-1)]
+
+
+class KeyPersons(beam.DoFn):
+    """Each windowed batch keyed for the per-person window state: its rows by the shard of
+    their person's keyed hash, as ``(shard, (window, file, rows, keyed hashes))``; rows without
+    a valid unit go on as they are (each statistic applies ``on_bad_record`` to them)."""
+
+    def __init__(self, state: str, unit: str, clock: WindowClock):
+        super().__init__()
+        self._state = state
+        self._unit = unit
+        self._clock = clock
+        self._key: bytes | None = None
+
+    def process(self, element: Any, timestamp: Any = beam.DoFn.TimestampParam) -> Iterator[Any]:
+        if self._key is None:
+            self._key = person_key(StreamState(self._state))
+        source, batch = element
+        index = self._clock.index(float(timestamp) - self._clock.lateness)
+        stable, bad = canonical_hash64(batch.column(self._unit))
+        if bad.any():
+            yield beam.pvalue.TaggedOutput(
+                "unkeyed", (source, batch.take(pa.array(np.flatnonzero(bad))))
+            )
+        rows = np.flatnonzero(~bad)
+        if not rows.size:
+            return
+        keyed = person_hashes(self._key, stable[rows])
+        shards = keyed % np.uint64(PERSON_SHARDS)
+        for shard in np.unique(shards).tolist():
+            mine = rows[shards == shard]
+            part = batch.take(pa.array(mine))
+            yield (int(shard), (index, source, part, keyed[shards == shard]))
+
+
+_USED_STATE = ReadModifyWriteStateSpec("windows_used", PickleCoder())
+_USED_PARAM = beam.DoFn.StateParam(_USED_STATE)
+
+
+class AdmitPersons(beam.DoFn):
+    """Keep each person's rows only in the windows left to them (the job's per-person state).
+
+    A person starts this run with the windows they already used (:data:`USED_WINDOWS`, from the
+    earlier runs' committed windows) and is admitted in new windows while they have windows
+    left, in the order their rows arrive (:class:`beam_dp.beam._contributions.WindowAdmissions`,
+    keyed by the person's keyed hash; it only depends on that person's own rows). Outputs the
+    admitted rows (main) and, per batch, the persons admitted in its window (``persons``)."""
+
+    def __init__(self, state: str, attempt: int, clock: WindowClock):
+        super().__init__()
+        self._state = state
+        self._attempt = attempt
+        self._clock = clock
+        self._coder = clock.beam_windows().get_window_coder()
+        self._seeds: dict[int, WindowAdmissions] | None = None
+
+    def _seeded(self, shard: int) -> WindowAdmissions:
+        if self._seeds is None:
+            found = StreamState(self._state).read("scratch", str(self._attempt), USED_WINDOWS)
+            if not isinstance(found, dict) or found.get("attempt") != self._attempt:
+                raise StreamError("the persons' windows of earlier runs are missing from --state")
+            limit = int(found["limit"])
+            units = np.array(found["units"], dtype=np.uint64)
+            used = np.array(found["used"], dtype=np.int64)
+            shards = units % np.uint64(PERSON_SHARDS)
+            self._seeds = {
+                n: WindowAdmissions.with_used(limit, units[shards == n], used[shards == n])
+                for n in range(PERSON_SHARDS)
+            }
+        return self._seeds[shard]
+
+    def process(
+        self,
+        element: tuple[int, tuple[int, str, pa.RecordBatch, np.ndarray]],
+        used: Any = _USED_PARAM,
+        timestamp: Any = beam.DoFn.TimestampParam,
+    ) -> Iterator[Any]:
+        shard, (index, source, batch, keyed) = element
+        state = used.read()
+        if state is None:
+            state = self._seeded(shard)
+        start = index * self._clock.size + self._clock.lateness
+        tag = self._coder.encode(beam_window.IntervalWindow(start, start + self._clock.size))
+        keep, state = state.admit(tag, keyed)
+        used.write(state)
+        if not keep.any():
+            return
+        rows = np.flatnonzero(keep)
+        yield beam_window.TimestampedValue((source, batch.take(pa.array(rows))), timestamp)
+        persons = sorted(int(u) for u in np.unique(keyed[rows]))
+        yield beam.pvalue.TaggedOutput(
+            PERSONS_TAG, beam_window.TimestampedValue((PERSONS_TAG, persons), timestamp)
+        )
+
+
+class CommitWindow(beam.DoFn):
+    """One window's releases as one file in the scratch location (written whole, renamed).
+
+    With ``persons`` (a job with a privacy unit), the same file also names every person
+    admitted into the window (:class:`AdmitPersons`: their keyed hashes, never an id), so a
+    window's releases and its persons are committed together or not at all."""
+
+    def __init__(self, scratch: str, clock: WindowClock, persons: bool = False):
         super().__init__()
         self._scratch = scratch
         self._clock = clock
+        self._persons = persons
 
-    def process(
-        self, gathered: list[dict[str, Any]], window: Any = beam.DoFn.WindowParam
-    ) -> Iterator[str]:
+    def process(self, gathered: list[Any], window: Any = beam.DoFn.WindowParam) -> Iterator[str]:
         start = float(window.start) - self._clock.lateness
         index = self._clock.index(start + _MICRO)
         final = FileSystems.join(self._scratch, f"{index}.json")
-        text = json.dumps({"window": index, "releases": sorted(gathered, key=json.dumps)})
+        releases = [item for item in gathered if isinstance(item, dict)]
+        committed: dict[str, Any] = {"window": index, "releases": sorted(releases, key=json.dumps)}
+        if self._persons:
+            persons: set[int] = set()
+            for item in gathered:
+                if isinstance(item, tuple) and item[0] == PERSONS_TAG:
+                    persons.update(item[1])
+            committed["persons"] = sorted(persons)
+        text = json.dumps(committed)
         private_folder(self._scratch)
         write_whole(final, text.encode("utf-8"))
         yield final
@@ -584,6 +763,7 @@ class StreamJob:
     stop_file: str | None
     attempt: int = 1
     grant_limit: int | None = None
+    persons: bool = False
     now: Callable[[], float] = time.time
     published: list[dict[str, Any]] = field(default_factory=list)
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -747,19 +927,25 @@ class StreamJob:
         this run (its ledger run is reused, never charged twice) while it can still admit
         records and this run may grant it, else abandoned (it stays charged).
 
-        Each person is in at most ``min(cap, used windows)`` of an earlier run's used windows
-        (``cap``: that run's per-person window bound), whoever they are; this run's bound is
-        what is left. With nothing used it is the job's bound; else the run grants at most
-        what is left, so that no person is in more windows than that whatever the data.
+        Each person is in the used windows whose commit names them and, up to each earlier
+        run's per-person bound (``cap``: the most windows any person could be in during that
+        run), in every used window whose persons are unknown (``min(cap, named + unknown)`` per
+        run). Returns what is left to everyone (``max_windows_per_unit`` minus the unknown
+        windows' count); with a privacy unit, the persons who used more are written for this
+        run's pipeline (:data:`USED_WINDOWS`), which keeps each within what is left to them
+        and grants without a limit. Without one (no persons named), the run grants at most
+        what is left once a window was used, so that no person is in more windows than that
+        whatever the data.
         """
         pending: list[tuple[int, dict[str, Any], str]] = []
         reopen: list[int] = []
-        used: dict[int, int] = {}
+        used: dict[int, int] = {}  # per earlier run: its used windows of unknown persons
+        known: dict[int, dict[int, int]] = {}  # per earlier run: each person's known windows
         for index, record in sorted(self.windows.items()):
             status = record["status"]
             earlier = int(record.get("attempt", 0))
             if status in ("published", "failed"):
-                used[earlier] = used.get(earlier, 0) + 1
+                self._count_used(index, earlier, used, known)
             if status != "granted":
                 continue
             path = self.state.releases_file(earlier, index)
@@ -767,17 +953,45 @@ class StreamJob:
             run_state = None if run_id is None else self._run_state(int(run_id))
             if FileSystems.exists(path) or run_state == "committed":
                 pending.append((index, record, path))
-                used[earlier] = used.get(earlier, 0) + 1
+                self._count_used(index, earlier, used, known)
             elif run_state in (None, "reserved") and self.clock.closes_at(index) > self.now():
                 reopen.append(index)
             else:
                 self._abandon(index, record)
-        spent = sum(
-            min(int(attempts.get(n, {}).get("windows_per_unit", windows_per_unit)), count)
-            for n, count in used.items()
-        )
+
+        def bound(run: int) -> int:  # the most windows any person could be in during ``run``
+            return int(attempts.get(run, {}).get("windows_per_unit", windows_per_unit))
+
+        # everyone: the windows whose persons are unknown, up to each run's bound
+        spent = sum(min(bound(n), count) for n, count in used.items())
         left = max(windows_per_unit - spent, 0)
-        self.grant_limit = None if spent == 0 else left
+        if self.persons:
+            # each person named in a window: those windows plus everyone's, up to each run's
+            # bound; the pipeline keeps each person within what is left to them, so no
+            # run-wide limit on the windows granted
+            self.grant_limit = None
+            runs = set(used) | set(known)
+            named = {person for persons in known.values() for person in persons}
+            extra: dict[int, int] = {}
+            for person in named:
+                windows = sum(
+                    min(bound(n), known.get(n, {}).get(person, 0) + used.get(n, 0)) for n in runs
+                )
+                if min(windows, windows_per_unit) > spent:
+                    extra[person] = min(windows, windows_per_unit) - spent
+            self.state.write(
+                {
+                    "attempt": self.attempt,
+                    "limit": left,
+                    "units": sorted(extra),
+                    "used": [extra[person] for person in sorted(extra)],
+                },
+                "scratch",
+                str(self.attempt),
+                USED_WINDOWS,
+            )
+        else:
+            self.grant_limit = None if spent == 0 else left
         self.state.write(
             {"attempt": self.attempt, "windows_per_unit": left, "grant_limit": self.grant_limit},
             "attempts",
@@ -800,6 +1014,37 @@ class StreamJob:
         if self.published:
             self.write_outputs()  # a kill between "published" and the outputs: written now
         return left
+
+    def _count_used(
+        self,
+        index: int,
+        earlier: int,
+        used: dict[int, int],
+        known: dict[int, dict[int, int]],
+    ) -> None:
+        """Count a used window of run ``earlier``: for each person its commit names, or, when
+        its persons are unknown (no commit, or one without them), for everyone."""
+        persons = self._window_persons(index, earlier) if self.persons else None
+        if persons is None:
+            used[earlier] = used.get(earlier, 0) + 1
+            return
+        counts = known.setdefault(earlier, {})
+        for person in persons:
+            counts[person] = counts.get(person, 0) + 1
+
+    def _window_persons(self, index: int, earlier: int) -> list[int] | None:
+        """The persons a window's commit names (their keyed hashes), or None if unknown."""
+        path = self.state.releases_file(earlier, index)
+        if not FileSystems.exists(path):
+            return None
+        with FileSystems.open(path) as handle:
+            committed = json.loads(handle.read().decode("utf-8"))
+        persons = committed.get("persons") if isinstance(committed, dict) else None
+        if not isinstance(persons, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in persons
+        ):
+            return None
+        return persons
 
     def _abandon(self, index: int, record: dict[str, Any]) -> None:
         run_id = record.get("run")
@@ -1106,9 +1351,12 @@ def run(
         stop_after=args.stop_after_windows,
         stop_file=args.stop_file,
         attempt=attempt,
+        persons=unit is not None,
         now=now,
         windows=dict(known),
     )
+    if unit is not None:
+        person_key(state, create=True)  # before any window names a person
     left = job.recover(attempts, args.max_windows_per_unit)
     if left == 0:
         refusal = (
@@ -1154,16 +1402,30 @@ def run(
                 grant_wait=GRANT_WAIT_POLLS * args.poll_seconds + args.ledger_timeout,
             )
         )
-        | "Windows" >> beam.WindowInto(clock.beam_windows())
     )
+    persons: list[PCollection] = []
+    if unit is not None:  # each person within the windows left to them (restarts included)
+        keyed = rows | "KeyPersons" >> beam.ParDo(
+            KeyPersons(state.location, unit, clock)
+        ).with_outputs("unkeyed", main="keyed")
+        admitted = keyed.keyed | "AdmitPersons" >> beam.ParDo(
+            AdmitPersons(state.location, attempt, clock)
+        ).with_input_types(beam.typehints.Tuple[int, Any]).with_outputs(  # an int state key
+            PERSONS_TAG, main="rows"
+        )
+        rows = (admitted.rows, keyed.unkeyed) | "AdmittedRows" >> beam.Flatten()
+        persons = [
+            admitted[PERSONS_TAG] | "PersonsWindows" >> beam.WindowInto(clock.beam_windows())
+        ]
+    rows = rows | "Windows" >> beam.WindowInto(clock.beam_windows())
     releases = [
         rows | spec.name >> transform for spec, transform in zip(specs, transforms, strict=True)
     ]
     _ = (
-        [r | f"Record{i}" >> beam.Map(_as_record) for i, r in enumerate(releases)]
+        [r | f"Record{i}" >> beam.Map(_as_record) for i, r in enumerate(releases)] + persons
         | "AllReleases" >> beam.Flatten()
         | "Collect" >> beam.CombineGlobally(ToListCombineFn()).without_defaults()
-        | "Commit" >> beam.ParDo(CommitWindow(scratch, clock))
+        | "Commit" >> beam.ParDo(CommitWindow(scratch, clock, persons=unit is not None))
     )
     LOG.info("stream %s: windows of %d s, watching %s", job_id, clock.size, args.landing)
     result = pipeline.run()

@@ -442,6 +442,7 @@ _I64 = npt.NDArray[np.int64]
 
 
 _FREE = -1  # an empty slot in WindowAdmissions.slots
+_EARLIER = -2  # a slot taken by a window of an earlier run (WindowAdmissions.with_used)
 
 
 def _no_units() -> _U64:
@@ -486,6 +487,31 @@ class WindowAdmissions:
             object.__setattr__(self, "slots", np.zeros((0, self.limit), dtype=np.int64))
         if self.slots.shape != (self.units.size, self.limit):
             raise ValueError("'slots' must have one row of 'limit' slots per unit")
+
+    @classmethod
+    def with_used(cls, limit: int, units: _U64, used: npt.NDArray[np.int64]) -> WindowAdmissions:
+        """The state of units that already used windows elsewhere (an earlier run of a job).
+
+        Args:
+            limit: the windows admitted per unit.
+            units: unit hashes, distinct (in any order).
+            used: for each of ``units``, the windows it already used (more than ``limit``
+                counts as ``limit``): that many of its slots are taken, by no window
+                :meth:`admit` will see, so the unit is admitted in at most ``limit - used``
+                new windows (none at ``limit``). Units not given have all their slots free.
+        """
+        units = np.asarray(units, dtype=np.uint64)
+        used = np.asarray(used, dtype=np.int64)
+        if units.shape != used.shape or units.ndim != 1:
+            raise ValueError("'units' and 'used' must be 1-d and of one length")
+        if np.unique(units).size != units.size:
+            raise ValueError("'units' must be distinct")
+        if (used < 0).any():
+            raise ValueError("'used' must be >= 0")
+        order = np.argsort(units)
+        taken = np.minimum(used[order], limit)[:, None]
+        slots = np.where(np.arange(limit)[None, :] < taken, _EARLIER, _FREE).astype(np.int64)
+        return cls(limit, units[order], slots.reshape(units.size, limit))
 
     def admit(
         self, window: _WindowTag, units: _U64

@@ -16,6 +16,7 @@ import pytest
 from apache_beam.testing import test_stream
 from apache_beam.transforms.window import TimestampedValue
 
+from beam_dp.batching import canonical_hash64
 from beam_dp.ledger import open_ledger
 from pipelines import budget, stream
 
@@ -113,13 +114,37 @@ def test_a_window_without_budget_admits_nothing_and_says_so(tmp_path: Path) -> N
     assert {r["event_window"] for r in document["releases"]} == {document["windows"][0]["window"]}
 
 
-def test_a_restart_after_a_published_window_is_refused(tmp_path: Path) -> None:
-    events = [(BASE + 5, _batch(range(0, 100), "a"))]
-    stream.run(_argv(tmp_path), source=_source(events), now=lambda: BASE)
-    with pytest.raises(ValueError, match="already published windows"):
-        stream.run(_argv(tmp_path), source=_source(events), now=lambda: BASE)
+def _committed_persons(tmp_path: Path, run: int, window: int) -> set[int]:
+    """The persons run ``run``'s pipeline committed for ``window`` (keyed hashes)."""
+    path = tmp_path / "state" / "scratch" / str(run) / f"{BASE // SIZE + window}.json"
+    return set(json.loads(path.read_text())["persons"])
+
+
+def _keyed(tmp_path: Path, users: range) -> set[int]:
+    key = stream.person_key(stream.StreamState(str(tmp_path / "state")))
+    stable, bad = canonical_hash64(pa.array([f"u{u}" for u in users]))
+    assert not bad.any()
+    return {int(h) for h in stream.person_hashes(key, stable)}
+
+
+def test_a_restart_after_a_published_window_goes_on_with_each_persons_windows(
+    tmp_path: Path,
+) -> None:
+    """One window per person (the default): the restart admits the people who have not used
+    their window and none of those who have; a state of another job is refused."""
+    first = [(BASE + 5, _batch(range(0, 100), "a"))]
+    stream.run(_argv(tmp_path), source=_source(first), now=lambda: BASE)
+    assert _committed_persons(tmp_path, 1, 0) == _keyed(tmp_path, range(0, 100))
+    second = [(BASE + SIZE + 5, _batch(range(50, 150), "b"))]
+    document = stream.run(_argv(tmp_path), source=_source(second), now=lambda: BASE + SIZE)
+    assert len({r["event_window"] for r in document["releases"]}) == 2  # it went on
+    # users 50-99 used their window in the first run: only 100-149 are in the second
+    assert _committed_persons(tmp_path, 2, 1) == _keyed(tmp_path, range(100, 150))
+    for path in (tmp_path / "out").iterdir():  # the hashes stay in --state
+        if path.is_file():
+            assert str(min(_keyed(tmp_path, range(0, 150)))) not in path.read_text(errors="ignore")
     with pytest.raises(ValueError, match="another job"):
-        stream.run(_argv(tmp_path, "--window_seconds", "30"), source=_source(events))
+        stream.run(_argv(tmp_path, "--window_seconds", "30"), source=_source(first))
 
 
 def test_a_restart_before_any_window_was_published_reuses_its_grants(tmp_path: Path) -> None:

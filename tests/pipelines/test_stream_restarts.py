@@ -41,6 +41,7 @@ import pytest
 from apache_beam.testing import test_stream
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
+from beam_dp.batching import canonical_hash64
 from beam_dp.beam._contributions import WindowAdmissions
 from beam_dp.ledger import open_ledger
 from beam_dp.ledger.store import Reservation
@@ -285,27 +286,50 @@ def test_a_restart_after_a_kill_keeps_every_person_within_their_windows(
     assert committed == windows, (committed, windows)
 
 
-def test_a_restart_after_some_windows_were_used_grants_only_what_is_left(
+def _forget_persons(commit: Path) -> None:
+    """Make a window's commit name no one (as a state of an earlier version of the job)."""
+    committed = json.loads(commit.read_text())
+    del committed["persons"]
+    commit.write_text(json.dumps(committed))
+
+
+def test_a_window_whose_persons_are_unknown_counts_for_everyone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``--max_windows_per_unit 2``, one window published: the restart may grant one window
-    (a person may be in it), then stops; a third start has nothing left and refuses."""
+    """The fallback: ``--max_windows_per_unit 2``, one window published whose commit does not
+    name its persons: it counts for everyone, so the restart admits each person in one window
+    at most (a person it never saw too); once such windows reach the cap, a start refuses
+    and charges nothing."""
     url = f"sqlite://{tmp_path / 'budget.db'}"
     budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
                 "--epsilon", "1000"], out=io.StringIO())  # fmt: skip
+    watch = _Watch()
+    watch.install(monkeypatch)
     argv = _argv(tmp_path, url, 2)
     first = stream.run(argv, source=_source(0, shards=1), now=lambda: BASE)
     assert {_window_index(r["event_window"]) for r in first["releases"]} == {0}
-    second = stream.run(argv, source=_source(LATER), now=lambda: BASE + LATER * SIZE)
+    (commit,) = _scratch_files(tmp_path)
+    _forget_persons(commit)
+    # shard 0 (the spammer's first shard) again, then shard 1 twice: one window each at most
+    pairs = [(LATER, 0), (LATER + 1, 1), (LATER + 2, 1)]
+    second = stream.run(argv, source=_landings(pairs), now=lambda: BASE + LATER * SIZE)
     windows = sorted({_window_index(r["event_window"]) for r in second["releases"]})
-    assert windows == [0, LATER], windows  # one more window, then the job stopped
+    assert windows == [0, LATER, LATER + 1], windows  # the job went on; no one in LATER + 2
+    in_windows: dict[int, list[int]] = {}
+    for window in windows:
+        for unit in watch.admitted.get(window, set()):
+            in_windows.setdefault(unit, []).append(window)
+    assert in_windows[_unit("spammer")] == [0, LATER]
+    assert in_windows[_unit("u1-7")] == [LATER + 1]  # window 0 counted for them too
     with open_ledger(url) as ledger:
         runs, _ = ledger.history("people")
     states = {_window_index(r.details["window"]): r.state for r in runs}
     # windows 1 and 2 were granted to the first run and closed unused: abandoned, charged
-    assert states == {0: "committed", 1: "abandoned", 2: "abandoned", LATER: "committed"}
+    assert states == {0: "committed", 1: "abandoned", 2: "abandoned", LATER: "committed",
+                      LATER + 1: "committed", LATER + 2: "reserved"}  # fmt: skip
+    _forget_persons(tmp_path / "state" / "scratch" / "2" / f"{BASE // SIZE + LATER}.json")
     with pytest.raises(ValueError, match="no more records"):
-        stream.run(argv, source=_source(LATER + 2), now=lambda: BASE + (LATER + 2) * SIZE)
+        stream.run(argv, source=_source(LATER + 4), now=lambda: BASE + (LATER + 4) * SIZE)
     with open_ledger(url) as ledger:
         assert len(ledger.history("people")[0]) == len(runs)  # nothing charged by the refusal
 
@@ -315,6 +339,7 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {here!r})
 import test_stream_restarts as t
+from beam_dp.batching import canonical_hash64
 from beam_dp.beam._contributions import WindowAdmissions
 from pipelines import stream
 
@@ -339,8 +364,8 @@ def test_a_sigkill_after_the_pipeline_committed_a_window_does_not_give_fresh_win
 ) -> None:
     """A real SIGKILL of the job's process while its first window's releases sit in the
     scratch location, unpublished (the driver sleeps between its looks): the restart
-    publishes that window once and, every person having used their one window, admits
-    nothing more."""
+    publishes that window once and goes on, admitting no one of it again (each person's
+    one window)."""
     url = f"sqlite://{tmp_path / 'budget.db'}"
     budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
                 "--epsilon", "1000"], out=io.StringIO())  # fmt: skip
@@ -368,10 +393,7 @@ def test_a_sigkill_after_the_pipeline_committed_a_window_does_not_give_fresh_win
     assert windows_before["status"] == "granted"  # not published when it was killed
     watch = _Watch()
     watch.install(monkeypatch)
-    try:
-        stream.run(argv, source=_source(LATER), now=lambda: BASE + LATER * SIZE)
-    except ValueError as error:
-        assert "no more records" in str(error), error
+    stream.run(argv, source=_source(LATER), now=lambda: BASE + LATER * SIZE)  # it goes on
     for line in admissions.read_text().splitlines():
         index, unit = line.split()
         watch.admitted.setdefault(int(index), set()).add(int(unit))
@@ -379,7 +401,7 @@ def test_a_sigkill_after_the_pipeline_committed_a_window_does_not_give_fresh_win
     published = [(r["name"], _window_index(r["event_window"])) for r in document["releases"]]
     assert len(published) == len(set(published)), published
     windows = sorted({w for _, w in published})
-    assert windows and max(windows) < LATER, windows  # no window of the restart
+    assert windows, windows
     per_person: dict[int, int] = {}
     for window in windows:
         for unit in watch.admitted.get(window, set()):
@@ -388,4 +410,70 @@ def test_a_sigkill_after_the_pipeline_committed_a_window_does_not_give_fresh_win
     with open_ledger(url) as ledger:
         runs, _ = ledger.history("people")
     committed = sorted(_window_index(r.details["window"]) for r in runs if r.state == "committed")
+    assert committed == windows
+
+
+def _landings(pairs: list[tuple[int, int]]) -> Any:
+    """Shard ``number`` landing in window ``window``, for each ``(window, number)``."""
+
+    def build(pipeline: beam.Pipeline) -> Any:
+        test = test_stream.TestStream()
+        for window, number in pairs:
+            stamp = BASE + window * SIZE + 5
+            shard = (f"shard-{number}.csv", _shard(number))
+            test = test.add_elements([TimestampedValue(shard, stamp)])
+            test = test.advance_watermark_to(stamp + 1)
+        return pipeline | test.advance_watermark_to_infinity()
+
+    return build
+
+
+def _unit(user: str) -> int:
+    hashes, bad = canonical_hash64(pa.array([user]))
+    assert not bad.any()
+    return int(hashes[0])
+
+
+def test_restarts_after_publications_keep_each_persons_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--max_windows_per_unit 2`` and three runs on one ``--state``, each after the last
+    published windows: the job goes on after each restart; the spammer, in two windows of the
+    first run, is in no window after it; the others keep the windows they have left (a person
+    of the first run's shards gets one more, a new person two), computed from what was
+    published; every window charged once, every published window committed once."""
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
+                "--epsilon", "1000"], out=io.StringIO())  # fmt: skip
+    watch = _Watch()
+    watch.install(monkeypatch)
+    argv = _argv(tmp_path, url, 2)
+    runs = [
+        (0, [(0, 0), (1, 1)]),  # the spammer in windows 0 and 1: its two
+        (3, [(3, 0), (4, 1)]),  # shards 0 and 1 again: their people's second window
+        (6, [(6, 0), (7, 1), (8, 2)]),  # shards 0, 1 at their cap; shard 2's people new
+    ]
+    for start, pairs in runs:
+        stream.run(argv, source=_landings(pairs), now=lambda start=start: BASE + start * SIZE)
+    document = json.loads((tmp_path / "out" / "release.json").read_text())
+    published = [(r["name"], _window_index(r["event_window"])) for r in document["releases"]]
+    assert len(published) == len(set(published)), published
+    windows = sorted({w for _, w in published})
+    assert windows == [0, 1, 3, 4, 8], windows  # the job went on after each restart
+    in_windows: dict[int, list[int]] = {}
+    for window in windows:
+        for unit in watch.admitted.get(window, set()):
+            in_windows.setdefault(unit, []).append(window)
+    assert in_windows[_unit("spammer")] == [0, 1]  # no third window
+    assert in_windows[_unit("u0-7")] == [0, 3]
+    assert in_windows[_unit("u1-7")] == [1, 4]
+    assert in_windows[_unit("u2-7")] == [8]
+    assert max(len(found) for found in in_windows.values()) <= 2
+    with open_ledger(url) as ledger:
+        history, _ = ledger.history("people")
+    charged = [_window_index(r.details["window"]) for r in history]
+    assert len(charged) == len(set(charged)), charged  # no window charged twice
+    committed = sorted(
+        _window_index(r.details["window"]) for r in history if r.state == "committed"
+    )
     assert committed == windows

@@ -111,9 +111,9 @@ def test_a_slow_start_charges_no_window_that_closed_before_the_pipeline_read(
 def test_a_restart_that_starts_slowly_charges_nothing_before_its_pipeline_reads(
     tmp_path: Path,
 ) -> None:
-    """The first run publishes window 0 (a person may be in one more window); the restart's
-    pipeline reads only several windows later: the one window it may grant is the one it
-    reads in, not the clock's window at its start."""
+    """The first run publishes window 0 (each of its people may be in one more window); the
+    restart's pipeline reads only several windows later: the windows it grants are the one it
+    reads in and the next (``--grant_ahead 1``), not the clock's windows at its start."""
     url = f"sqlite://{tmp_path / 'budget.db'}"
     budget.run(["create", "--ledger", url, "--dataset", "people", "--input", "/data/landing/",
                 "--epsilon", "100"], out=io.StringIO())  # fmt: skip
@@ -137,7 +137,8 @@ def test_a_restart_that_starts_slowly_charges_nothing_before_its_pipeline_reads(
     with open_ledger(url) as ledger:
         runs = [run for run in ledger.history("people")[0] if run.id not in before]
     label = stream.WindowClock(SIZE).label(BASE // SIZE + first_read)
-    assert [run.details["window"] for run in runs] == [label], [r.details for r in runs]
+    after = stream.WindowClock(SIZE).label(BASE // SIZE + first_read + 1)
+    assert [run.details["window"] for run in runs] == [label, after], [r.details for r in runs]
     assert {r["event_window"] for r in second["releases"]} == {
         stream.WindowClock(SIZE).label(BASE // SIZE),
         label,
