@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from stream_watch_helpers import Admitted, expected_people, outcome, run_scenario
 
-WINDOW_SECONDS = 3
+WINDOW_SECONDS = 4  # a shard lands 2 s into its window: a late poll under load still finds it there
 
 
 def test_shards_landing_during_the_run_are_published_in_their_windows(
