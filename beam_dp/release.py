@@ -23,8 +23,11 @@ grid_error          mean: the farthest any value in ``[lower, upper]`` is from a
 rank_error_beyond_  quantiles: ``|rank(out) - alpha N| - |rank(best) - alpha N|`` with
 best_grid_point     ``rank(v) = #(x < v) + alpha #(x = v)``, ``best`` the grid point
                     minimising it; for the recursive and joint splits, the distance from
-                    ``alpha N`` to ``[#(x < out), #(x <= out)]`` beyond what the grid allows
-                    (see :func:`quantile_statement` on ties)
+                    ``alpha N`` to ``[#(x < out), #(x <= out)]`` beyond what the grid allows,
+                    together with ``rank_error_share_of_n`` (see :func:`quantile_statement`)
+rank_error_share_  quantiles, recursive and joint splits: the tie cuts' part of the bound, as
+of_n               a share of ``N``: the distance is at most ``rank_error_beyond_best_grid_
+                   point + rank_error_share_of_n * N``
 count_below_kth_    top-k counts: how many fewer units (records at record level) than the true
 best                k-th most frequent candidate any released candidate can have
 vote_shortfall      election: how many fewer votes than the true winner (k-th) the released one
@@ -92,6 +95,15 @@ def _stated(bound: float) -> str:
     rounded = Context(prec=3, rounding=ROUND_CEILING).plus(Decimal(repr(number)))
     text = format(rounded, "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _stated_share(share: float) -> str:
+    """A share of N for a sentence: rounded *up* to 2 significant digits (``0.00039``)."""
+    number = float(share)
+    if number == 0.0 or not math.isfinite(number):
+        return f"{number:g}"
+    rounded = Context(prec=2, rounding=ROUND_CEILING).plus(Decimal(repr(number)))
+    return format(rounded, "f")
 
 
 def _check_bounds(bounds: Mapping[str, float]) -> dict[str, float]:
@@ -250,6 +262,7 @@ def quantile_statement(
     several_rounds: bool,
     two_pass: bool = False,
     pairs: bool = False,
+    rank_error_share: float = 0.0,
 ) -> AccuracyStatement:
     """The accuracy of a quantile release, named for what it bounds.
 
@@ -275,14 +288,16 @@ def quantile_statement(
 
     The recursive and joint splits (``several_rounds``; :mod:`beam_dp.summaries.quantiles`)
     bound the distance from ``alpha N`` to the released value's rank range itself: at most
-    ``rank_error`` beyond what the grid allows. That is nothing when the values are grid points
-    (integers on a grid at resolution 1), except that a selection with later selections below
-    it shares a block of tied values between its two sides at one of ``Q + 1`` evenly spaced
-    places (``Q`` is 64 on grids of up to 32 000 points), which can add ``1 / (2Q)`` of that
-    block; values strictly between grid points add the best grid point's own distance. The
-    bound includes the errors of the earlier selections that bound the quantile's branch. With
-    ``pairs`` (the joint split chose some quantiles two at a time) the best pair's two
-    distances can add up: the sentence says so.
+    ``rank_error + rank_error_share * N`` beyond what the grid allows. The second term is the
+    tie cuts': a selection with later selections below it shares a block of tied values between
+    its two sides at one of ``Q + 1`` evenly spaced places (``Q`` from the grid size:
+    :func:`~beam_dp.summaries.quantiles.planning.tie_parts`, 1 024 on a 101-point grid), which
+    can add ``1 / (2Q)`` of that block (at most ``N / (2Q)``), weighted down the tree as the
+    ``l`` terms are (``QuantilePlan.rank_error_shares``). The grid allows nothing more when the
+    values are grid points (integers on a grid at resolution 1); values strictly between grid
+    points add the best grid point's own distance. The bound includes the errors of the earlier
+    selections that bound the quantile's branch. With ``pairs`` (the joint split chose some
+    quantiles two at a time) the best pair's two distances can add up: the sentence says so.
     """
     loss = float(rank_error)
     level = f"With probability {confidence:g}"
@@ -295,6 +310,7 @@ def quantile_statement(
         "score_loss": f"ranks among the N {rows} (one selection)",
         "cell_width": "value units",
         "fine_rank_error": f"ranks among the N {rows}, second pass alone",
+        "rank_error_share_of_n": f"ranks per value: times the N {rows} (N not released)",
     }
     if len(alphas) == 1:
         name = _quantile_name(alphas[0])
@@ -313,21 +329,34 @@ def quantile_statement(
             if pairs and len(alphas) > 1
             else ""
         )
+        tie_share = float(rank_error_share)
+        if not (math.isfinite(tie_share) and tie_share >= 0):
+            raise ValueError(f"'rank_error_share' must be finite and >= 0; received {tie_share!r}")
+        amount = (
+            f"{_stated(loss)} + {_stated_share(tie_share)} * N" if tie_share > 0 else _stated(loss)
+        )
+        ties = (
+            f" The {_stated_share(tie_share)} * N term is for blocks of tied values: where a "
+            "selection splits the values inside such a block it shares the block out at one "
+            "of evenly spaced places, which can miss by a small part of that block."
+            if tie_share > 0
+            else ""
+        )
         description = (
-            f"{level}, {what} at most {_stated(loss)} from {target}{passes}, beyond what the "
+            f"{level}, {what} at most {amount} from {target}{passes}, beyond what the "
             f"grid allows; N is the number of {rows} and is not released. A value's rank range "
             "runs from the number of values below it to the number below or equal to it, so "
-            "a value shared by many tied values is exact when the quantile falls among them. "
-            "The grid allows nothing more when the values are grid points, except that where "
-            "a selection splits the values inside a block of tied values it shares the block "
-            "out at one of evenly spaced places, which can add a small part of that block "
-            "(1/128 of it on grids of up to 32 000 points); values between grid points add the "
-            "best grid point's own distance (up to the values in the grid cell around the "
-            "quantile). The bound includes the errors of the earlier selections that bound "
-            f"each quantile's branch.{together}"
+            f"a value shared by many tied values is exact when the quantile falls among them.{ties}"
+            " The grid allows nothing more when the values are grid points; values between "
+            "grid points add the best grid point's own distance (up to the values in the grid "
+            "cell around the quantile). The bound includes the errors of the earlier "
+            f"selections that bound each quantile's branch.{together}"
         )
         return AccuracyStatement(
-            bounds={"rank_error_beyond_best_grid_point": loss},
+            bounds={
+                "rank_error_beyond_best_grid_point": loss,
+                "rank_error_share_of_n": tie_share,
+            },
             units=units,
             description=description,
         )

@@ -289,6 +289,7 @@ class QuantileSpec(GridReleaseSpec):
             several_rounds=self.plan.split in ("recursive", "joint"),
             pairs=any(node.second_target is not None for node in self.plan.nodes),
             two_pass=self.cell_plan is not None,
+            rank_error_share=selection.rank_error_share,
         )
         if intervals is not None:
             statement = dataclasses.replace(

@@ -231,4 +231,5 @@ def combine_passes(coarse: CellSelection, fine: QuantileSelection) -> QuantileSe
         num_candidates=fine.num_candidates,
         secure=coarse.secure and fine.secure,
         fine_rank_error=fine.rank_error,
+        rank_error_shares=fine.rank_error_shares,
     )

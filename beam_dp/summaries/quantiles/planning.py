@@ -17,9 +17,16 @@ unit may reach) and its score-loss bound ``l`` at the per-selection confidence
 ``1 - beta / m`` (a union bound over the at most ``m`` selections). A node with children
 chooses among the ``d (Q + 1)`` cuts of the grid (:mod:`.recursive`; ``Q`` is
 :func:`tie_parts`), a node without among the ``d`` grid points; its ``l`` counts them. A
-quantile's ``rank_error`` is its node's ``l`` plus ``1 - alpha_B`` and ``alpha_B`` times the
-rank errors of the cuts at its branch's ends (:mod:`.recursive`, "Accuracy"): at most the sum
-of ``l`` along its path. Everything in a plan is a function of public parameters.
+quantile's rank-error bound is its node's own bound plus ``1 - alpha_B`` and ``alpha_B`` times
+the bounds of the cuts at its branch's ends (:mod:`.recursive`, "Accuracy"). A node's own bound
+has two parts: ``l`` (ranks) and, for a node with children, the tie cut's term, at most
+``1 / (2Q)`` of the values tied at its point for one cut and ``1 / Q`` for a pair (whose two
+distances can add up), hence at most ``N / (2Q)`` (``N / Q``) with ``N`` the values kept. So a
+quantile's bound is ``rank_errors()[i] + rank_error_shares()[i] * N``: the first part public
+ranks, the second a public share of the (unreleased) ``N``; both hold together with
+probability ``confidence`` when the values are grid points (values strictly between grid points
+add the best grid point's own distance). Everything in a plan is a function of public
+parameters.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ from beam_dp.summaries.quantiles.parameters import (
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
 __all__ = [
+    "CUT_WORK",
     "MAX_CUTS",
+    "MAX_TIE_PARTS",
     "TIE_PARTS",
     "QuantileNode",
     "QuantilePlan",
@@ -58,21 +67,40 @@ __all__ = [
     "tie_parts",
 ]
 
-#: A block of tied values at a split point is cut at one of ``TIE_PARTS + 1`` evenly spaced
-#: places (``Q``): a cut's best position is within ``1 / (2Q)`` of the block of its target, and
-#: a node with children pays ``ln(Q + 1)`` in its score-loss bound for the choice.
+#: A block of tied values at a split point is cut at one of ``Q + 1`` evenly spaced places:
+#: a cut's best position is within ``1 / (2Q)`` of the block of its target, and a node with
+#: children pays ``ln(Q + 1)`` in its score-loss bound for the choice. ``Q`` is at least
+#: ``TIE_PARTS`` wherever :data:`MAX_CUTS` allows it (grids of up to 32 263 points).
 TIE_PARTS = 64
 
-#: At most this many cuts (``d (Q + 1)``) per selection: ``Q`` is smaller on grids of more than
-#: 32 768 points (one cut at each end of a block on a grid of a million), which bounds the
-#: memory and time of a node with children by public parameters.
+#: ``Q`` grows on small grids until a node with children has about this many cuts
+#: (``d (Q + 1) <= CUT_WORK``, ``Q`` a power of two, so every place of a smaller ``Q`` stays a
+#: place): 1 024 parts on a 101-point grid (1/2 048 of a block per cut, where 64 parts left
+#: 1/128), 128 on a 1 001-point grid. The work of a selection stays
+#: bounded by public parameters; ``ln(Q + 1)`` in the bound grows by at most ``ln(CUT_WORK / 65
+#: d)``. Chosen by measurement (benchmarks/multiq.py; RESULTS.md, "Tie blocks in the
+#: many-quantile release").
+CUT_WORK = 1 << 17
+
+#: ``Q`` never exceeds this (grids of fewer than 32 points): it keeps the exact scores of a
+#: quantile with a large denominator in int64 for up to about 10**9 values.
+MAX_TIE_PARTS = 1 << 12
+
+#: At most this many cuts (``d (Q + 1)``) per selection: ``Q`` is smaller than
+#: :data:`TIE_PARTS` on grids of more than 32 263 points (one cut at each end of a block on a
+#: grid of a million), which bounds the memory and time of a node with children by public
+#: parameters.
 MAX_CUTS = 1 << 21
 
 
 def tie_parts(num_candidates: int) -> int:
-    """``Q`` for a grid of ``num_candidates`` points: :data:`TIE_PARTS`, or fewer so that
-    ``num_candidates * (Q + 1) <= max(MAX_CUTS, 2 * num_candidates)``."""
-    return max(1, min(TIE_PARTS, MAX_CUTS // int(num_candidates) - 1))
+    """``Q`` for a grid of ``num_candidates`` points (public): the largest power of two with
+    ``d (Q + 1) <= CUT_WORK``, within ``[TIE_PARTS, MAX_TIE_PARTS]``, then fewer so that
+    ``d (Q + 1) <= max(MAX_CUTS, 2 d)``."""
+    d = int(num_candidates)
+    affordable = max(1, CUT_WORK // d - 1)
+    wanted = min(MAX_TIE_PARTS, max(TIE_PARTS, 1 << (affordable.bit_length() - 1)))
+    return max(1, min(wanted, MAX_CUTS // d - 1))
 
 
 def recursion_levels(num_quantiles: int, branching: int = 2) -> int:
@@ -121,6 +149,10 @@ class QuantileNode:
         second_target, second_alpha: the second quantile of a pair node (or None).
         middle: the child between a pair node's two quantiles (or None).
         second_path_loss: ``path_loss`` of ``second_target`` (or None).
+        path_share: the rank-error bound's share of ``N`` for ``target``: the tie cuts' terms
+            (``1 / (2Q)`` for a node with children, ``1 / Q`` for a pair with children, 0
+            without) weighted along the path as ``path_loss`` is (module docstring).
+        second_path_share: ``path_share`` of ``second_target`` (or None).
     """
 
     target: int
@@ -137,6 +169,8 @@ class QuantileNode:
     second_alpha: Fraction | None = None
     middle: int | None = None
     second_path_loss: float | None = None
+    path_share: float = 0.0
+    second_path_share: float | None = None
 
     @property
     def targets(self) -> tuple[int, ...]:
@@ -150,6 +184,13 @@ class QuantileNode:
         if self.second_path_loss is None:
             return (self.path_loss,)
         return (self.path_loss, self.second_path_loss)
+
+    @property
+    def path_shares(self) -> tuple[float, ...]:
+        """``path_share`` of each of :attr:`targets`."""
+        if self.second_path_share is None:
+            return (self.path_share,)
+        return (self.path_share, self.second_path_share)
 
     @property
     def cuts(self) -> bool:
@@ -192,11 +233,21 @@ class QuantilePlan(PlanBase):
         return max(node.loss_bound for node in self.nodes)
 
     def rank_errors(self) -> tuple[float, ...]:
-        """Rank-error bound (the ``l`` part) of each requested quantile, in request order."""
+        """Rank-error bound (the ``l`` part, ranks) of each requested quantile, in request
+        order; :meth:`rank_error_shares` holds the rest of it."""
+        return self._per_quantile([node.path_losses for node in self.nodes])
+
+    def rank_error_shares(self) -> tuple[float, ...]:
+        """The tie cuts' part of each requested quantile's rank-error bound, as a share of
+        ``N`` (the values kept; module docstring): the bound is
+        ``rank_errors()[i] + rank_error_shares()[i] * N``."""
+        return self._per_quantile([node.path_shares for node in self.nodes])
+
+    def _per_quantile(self, per_node: list[tuple[float, ...]]) -> tuple[float, ...]:
         by_target = {
-            target: loss
-            for node in self.nodes
-            for target, loss in zip(node.targets, node.path_losses, strict=True)
+            target: value
+            for node, values in zip(self.nodes, per_node, strict=True)
+            for target, value in zip(node.targets, values, strict=True)
         }
         per_distinct = [by_target[i] for i in range(len(self.distinct))]
         if self.split == "independent":
@@ -207,8 +258,13 @@ class QuantilePlan(PlanBase):
 
     @property
     def rank_error(self) -> float:
-        """The largest rank-error bound over the requested quantiles."""
+        """The largest rank-error bound (``l`` part) over the requested quantiles."""
         return max(self.rank_errors())
+
+    @property
+    def rank_error_share(self) -> float:
+        """The largest share of ``N`` in a requested quantile's rank-error bound."""
+        return max(self.rank_error_shares())
 
 
 class _Layout:
@@ -250,13 +306,15 @@ class _Layout:
         depth: int,
         ends: tuple[float, float],
         eps: Fraction,
+        end_shares: tuple[float, float] = (0.0, 0.0),
     ) -> int:
         """A single node at the middle quantile whenever its sides fit the levels left, else a
         joint node of two quantiles with three near-equal branches.
 
         ``ends`` are the rank-error bounds of the cuts at the branch's ends (0 at the global
-        ends); a target's bound is the node's ``l`` plus ``1 - alpha`` and ``alpha`` times them
-        (:mod:`.recursive`, "Accuracy").
+        ends), ``end_shares`` their shares of ``N``; a target's bound is the node's own (``l``,
+        and the tie cut's share when the node has children) plus ``1 - alpha`` and ``alpha``
+        times them (:mod:`.recursive`, "Accuracy").
         """
         lo, hi = span
         size = hi - lo + 1
@@ -280,12 +338,20 @@ class _Layout:
             delta = pair_sensitivity((alphas[0], alphas[1]), node_relation, self.k)
             bound = pair_loss(candidates, node_epsilon, delta, self.confidence)
         paths = [bound + float(1 - alpha) * ends[0] + float(alpha) * ends[1] for alpha in alphas]
+        # The best cut is within 1/(2Q) of the block tied at its point (<= N values); a pair's
+        # best two distances can add up (module docstring).
+        own_share = len(picks) / (2 * self.parts) if has_children else 0.0
+        shares = [
+            own_share + float(1 - alpha) * end_shares[0] + float(alpha) * end_shares[1]
+            for alpha in alphas
+        ]
         index = len(self.nodes)
         self.nodes.append(
             QuantileNode(
                 picks[0], alphas[0], level, node_epsilon, node_relation, delta, bound, paths[0]
             )
         )
+        end_share_list = [end_shares[0], *shares, end_shares[1]]
         limits = [a_lo, *(self.distinct[p] for p in picks), a_hi]
         errors = [ends[0], *paths, ends[1]]
         children = [
@@ -296,6 +362,7 @@ class _Layout:
                 depth - 1,
                 (errors[i], errors[i + 1]),
                 eps,
+                (end_share_list[i], end_share_list[i + 1]),
             )
             if edges[i + 1] - edges[i] > 1
             else None
@@ -317,6 +384,8 @@ class _Layout:
             second_alpha=alphas[1] if pair else None,
             middle=children[1] if pair else None,
             second_path_loss=paths[1] if pair else None,
+            path_share=shares[0],
+            second_path_share=shares[1] if pair else None,
         )
         return index
 

@@ -69,8 +69,12 @@ errors of the cuts at the branch's ends (0 at the global ends). A selection's ow
 at most its score loss ``l`` (with probability ``1 - beta``) plus the best its candidates
 allow: 0 for a grid point whose rank range holds the target, at most ``1 / (2Q)`` of the
 values tied at that point for a cut (for a pair, the best pair's, where the two best distances
-can add up). :meth:`QuantilePlan.rank_errors` reports the ``l`` part of this recursion (see
-:mod:`.planning`).
+can add up), when the values are grid points. A block holds at most ``N`` values, so the
+recursion's bound is ``l``'s part, :meth:`QuantilePlan.rank_errors`, plus a public share of
+``N``, :meth:`QuantilePlan.rank_error_shares` (``1 / (2Q)`` per cut, ``1 / Q`` per pair of
+cuts, weighted alike; see :mod:`.planning`); releases state both (issue 39: the share was left
+out of the number, and a 47% tie block exceeded it in every release). ``Q`` grows on small
+grids (:func:`~.planning.tie_parts`: 1 024 on 101 points), so the share is small.
 """
 
 from __future__ import annotations
@@ -339,6 +343,7 @@ def select_quantiles(
         values=tuple(float(grid.points[i]) for i in indices),
         indices=indices,
         rank_errors=plan.rank_errors(),
+        rank_error_shares=plan.rank_error_shares(),
         cell_width=max(grid.cell_width(i) for i in indices),
         score_loss=plan.score_loss,
         sensitivity=float(plan.sensitivity),

@@ -117,6 +117,10 @@ class QuantileSelection:
         indices: their grid indices.
         rank_errors: per-quantile rank-error bounds (``l`` part; see the module docstring).
         rank_error: the largest of them.
+        rank_error_shares: per-quantile share of ``N`` (the values kept) that the tie cuts of
+            the recursive and joint splits add to ``rank_errors`` (:mod:`.planning`): the
+            bound is ``rank_errors[i] + rank_error_shares[i] * N``; empty: none.
+        rank_error_share: the largest of them (0 when empty).
         cell_width: the widest grid cell next to any output.
         score_loss: the largest per-selection score-loss bound (value counts).
         sensitivity: the largest selection sensitivity (value counts, times partitions).
@@ -138,7 +142,12 @@ class QuantileSelection:
     num_candidates: int
     secure: bool
     fine_rank_error: float | None = field(default=None)
+    rank_error_shares: tuple[float, ...] = field(default=())
 
     @property
     def rank_error(self) -> float:
         return max(self.rank_errors)
+
+    @property
+    def rank_error_share(self) -> float:
+        return max(self.rank_error_shares, default=0.0)

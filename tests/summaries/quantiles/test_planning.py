@@ -12,7 +12,13 @@ from beam_dp.summaries.quantiles import (
     plan_quantiles,
     quantile_rounds,
 )
-from beam_dp.summaries.quantiles.planning import MAX_CUTS, TIE_PARTS, tie_parts
+from beam_dp.summaries.quantiles.planning import (
+    CUT_WORK,
+    MAX_CUTS,
+    MAX_TIE_PARTS,
+    TIE_PARTS,
+    tie_parts,
+)
 
 
 def test_recursive_plan_spends_epsilon_once_per_level() -> None:
@@ -85,11 +91,33 @@ def test_rank_errors_add_the_weighted_errors_of_the_branch_ends() -> None:
         100 * (plan.tie_parts + 1), epsilon=0.5, sensitivity=0.5, confidence=per_selection
     )
     point_loss = score_loss_bound(100, epsilon=0.5, sensitivity=0.5, confidence=per_selection)
-    assert plan.tie_parts == TIE_PARTS and root.cuts
+    assert plan.tie_parts == 1024 and root.cuts
     assert root.loss_bound == pytest.approx(cut_loss)
     errors = plan.rank_errors()
     assert errors[1] == pytest.approx(cut_loss)
     assert errors[0] == pytest.approx(point_loss + cut_loss / 2) == errors[2]
+    # The tie cut's term: 1/(2Q) of N at the root, half of it inherited by the children.
+    shares = plan.rank_error_shares()
+    half = 1 / (2 * plan.tie_parts)
+    assert shares == pytest.approx((half / 2, half, half / 2))
+    assert plan.rank_error_share == pytest.approx(half)
+
+
+def test_a_pair_node_with_children_states_twice_the_tie_share() -> None:
+    """Sevenths: the joint split's root chooses two cuts at once (the best pair's two
+    distances can add up: 1/Q of N); its leaves inherit it weighted by their place."""
+    plan = plan_quantiles([i / 7 for i in range(1, 7)], epsilon=1.0, num_candidates=100)
+    root = plan.nodes[0]
+    assert root.second_target is not None and root.cuts
+    assert root.path_shares == pytest.approx((1 / plan.tie_parts, 1 / plan.tie_parts))
+    leaves = [node for node in plan.nodes if not node.cuts]
+    shares = sorted(share for node in leaves for share in node.path_shares)
+    assert shares == pytest.approx([0.5 / plan.tie_parts] * 2 + [1 / plan.tie_parts] * 2)
+
+
+def test_independent_selections_have_no_tie_share() -> None:
+    plan = plan_quantiles([0.25, 0.75], epsilon=1.0, num_candidates=100, split="independent")
+    assert plan.rank_error_shares() == (0.0, 0.0)
 
 
 def test_deeper_bounds_weigh_both_ends_and_stay_below_the_path_sum() -> None:
@@ -126,11 +154,24 @@ def test_pair_nodes_carry_one_bound_per_quantile() -> None:
 
 @pytest.mark.parametrize(
     ("points", "parts"),
-    [(2, 64), (101, 64), (32_263, 64), (32_264, 63), (10**6, 1), (3 * 10**6, 1)],
+    [
+        (2, MAX_TIE_PARTS),
+        (31, MAX_TIE_PARTS),
+        (101, 1024),
+        (1001, 128),
+        (2048, TIE_PARTS),
+        (2000, TIE_PARTS),
+        (32_263, 64),
+        (32_264, 63),
+        (10**6, 1),
+        (3 * 10**6, 1),
+    ],
 )
-def test_tie_parts_shrink_on_large_grids_only(points: int, parts: int) -> None:
+def test_tie_parts_follow_the_grid_size(points: int, parts: int) -> None:
+    """``Q`` grows on small grids to ``CUT_WORK`` cuts per selection (a power of two, capped
+    at ``MAX_TIE_PARTS``), is ``TIE_PARTS`` where that is more, and shrinks on large grids."""
     assert tie_parts(points) == parts
-    assert points * (parts + 1) <= max(MAX_CUTS, 2 * points)
+    assert points * (parts + 1) <= max(MAX_CUTS, CUT_WORK, 2 * points)
 
 
 @pytest.mark.parametrize("split", ["auto", "recursive", "independent"])

@@ -3,6 +3,7 @@ and the exact law of the selections the production code makes."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from fractions import Fraction
@@ -15,6 +16,7 @@ from stats_helpers import FPR, chi_square_pvalue
 from beam_dp.mechanisms import selection_probabilities
 from beam_dp.summaries.histogram import Grid, GridHistogram, less_greater
 from beam_dp.summaries.quantiles import plan_quantiles, recursive, select_quantiles
+from beam_dp.summaries.quantiles.planning import TIE_PARTS, QuantilePlan
 from beam_dp.summaries.quantiles.recursive import Cut, _Branch, _Lattice, range_scores
 from beam_dp.summaries.quantiles.utility import point_sensitivity
 
@@ -298,6 +300,14 @@ def test_histogram_and_grid_must_agree() -> None:
 # -------------------------------------------------------- the exact law, from the definition
 
 
+def with_tie_parts(plan: QuantilePlan, parts: int = TIE_PARTS) -> QuantilePlan:
+    """``plan`` with ``Q = parts``: the exact laws below enumerate every cut, and a tiny grid's
+    own ``Q`` (4 096 on 9 points, issue 39) makes that take minutes. Nothing in the privacy
+    argument or the sampler depends on ``Q``'s size (a value's share below a cut is in [0, 1]
+    whatever ``Q``), so a smaller ``Q`` checks the same law."""
+    return dataclasses.replace(plan, tie_parts=parts)
+
+
 def cut_law(
     counts: np.ndarray, branch: _Branch, alpha: Fraction, epsilon: Fraction, parts: int
 ) -> dict[Cut, float]:
@@ -327,7 +337,7 @@ def test_the_selections_follow_their_exact_law_given_the_root() -> None:
     given the root's point (a mixture over the root's cuts of that point), exactly."""
     grid = Grid.uniform(0.0, 8.0, 9)
     values = np.array([0.5, 1.0, 1.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 4.5, 5.0, 6.0, 7.5, 8.0])
-    plan = plan_quantiles([0.25, 0.5, 0.75], epsilon=3.0, num_candidates=9)
+    plan = with_tie_parts(plan_quantiles([0.25, 0.5, 0.75], epsilon=3.0, num_candidates=9))
     parts = plan.tie_parts
     histogram = grid.histogram(values)
     counts = histogram.counts()
@@ -428,8 +438,10 @@ def test_single_selections_at_the_call_site_cost_at_most_epsilon(
     halves the sensitivity (2 epsilon) is caught."""
     grid = Grid.uniform(0.0, 8.0, 9)
     epsilon = Fraction(3, 2)
-    plan = plan_quantiles(
-        [0.25, 0.5, 0.75], epsilon=epsilon, num_candidates=9, max_contributions=3, method=method
+    plan = with_tie_parts(
+        plan_quantiles(
+            [0.25, 0.5, 0.75], epsilon=epsilon, num_candidates=9, max_contributions=3, method=method
+        )
     )
     calls = record_single_calls(monkeypatch)
 
@@ -532,7 +544,9 @@ def test_pair_nodes_at_the_call_site_cost_at_most_epsilon(
     most their epsilons; the same check run on the mutant of issue 28 (the ``2 *`` removed
     from the rate: every pair node at twice its epsilon) fails."""
     quantiles, epsilon, x, y = CALL_SITE_CASES[case]
-    plan = plan_quantiles(quantiles, epsilon=epsilon, num_candidates=PAIR_GRID.num_points)
+    plan = with_tie_parts(
+        plan_quantiles(quantiles, epsilon=epsilon, num_candidates=PAIR_GRID.num_points)
+    )
     pair_nodes = [node for node in plan.nodes if node.second_target is not None]
     budget = float(sum(node.epsilon for node in pair_nodes))
     assert pair_nodes and (case == "pair") != any(node.cuts for node in pair_nodes)
