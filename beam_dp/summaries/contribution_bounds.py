@@ -24,8 +24,9 @@ Rules (``rule=``)
 ``"quantile"`` (the default, chosen by measurement; RESULTS.md "Real data (issue 14)")
     The bound is a private, conservative ``alpha``-quantile of the buckets of rows per unit.
     Bucket ``b`` holds the ranks ``[L(b), F(b)]``, ``F(b) = L(b) + E(b) = #(c <= b)``; the
-    utility is minus the distance of a target rank ``T`` from them,
-    ``-max(0, T - F(b), L(b) - T)``, zero on the bucket that holds rank ``T``. With
+    utility is ``-max(T - F(b), L(b) - T)`` for a target rank ``T``: minus the distance of
+    ``T`` from them outside the bucket that holds it, and inside it the depth of ``T`` (its
+    distance to the nearer end, >= 0). With
     ``T = alpha n`` (``margin`` 0 in :func:`bound_scores`) its maximiser is
     ``best = b* = min{b : #(c <= b) >= alpha n}``, the smallest bound that at least a fraction
     ``alpha`` of the units fit in (:func:`best_bound`; larger bounds tie with it only where
@@ -45,7 +46,7 @@ Rules (``rule=``)
     **Tail bound.** For every histogram with ``alpha n >= M``, every epsilon, both relations
     and both methods, ``P(bound >= 2 b*) <= t``. Proof: the rank intervals of the buckets
     tile ``[0, n]``, so some bucket ``b_T <= b*`` holds ``T`` (``0 <= T <= alpha n <=
-    F(b*)``) and scores 0, and the top score is at least ``-tau i(b_T)``. A bound
+    F(b*)``) and its utility is >= 0, and the top score is at least ``-tau i(b_T)``. A bound
     ``b = 2^j b*`` (``j >= 1``) has ``L(b) >= F(b*) >= alpha n``, so its utility is at most
     ``-(L(b) - T) <= -M`` and its score is at least ``M + j tau`` below the top. The
     exponential mechanism gives a candidate probability at most
@@ -64,12 +65,15 @@ Rules (``rule=``)
     are 56 additions apart, so any 0.1-DP choice with ``P_D(bound >= 8) <= 1/1000`` has
     ``P_D'(bound >= 8) <= e^5.6 / 1000 = 0.27``. Measured with the exact pmf
     (:func:`choice_probabilities`; tests/summaries/test_bound_tail.py) at epsilon 0.1,
-    add/remove, permute-and-flip, before (the plain quantile utility with ``tau``) and after:
-    ``P(bound >= 2 b*)`` at 500 units 0.12 / 0.16 / 0.15 (1-8 rows, 1-50 rows, a panel of 1-4)
-    became 3e-5 / 1e-5 / 2e-5; ``P(bound = b*)`` 0.88 / 0.84 / 0.85 became 0.98 / 0.33 / 0.75
-    (the 1-50 choice mostly 32, dropping rows of the 36% of units above 32); at 5 000 and
-    50 000 units ``P(bound = b*)`` is 1.000 before and after, and the tail went from at most
-    2e-5 to below 1e-14.
+    add/remove, permute-and-flip, before (the utility ``-|(1-alpha) L(b) - alpha G(b)|`` of
+    :class:`~beam_dp.scores.QuantileScore` with ``tau``) and after: ``P(bound >= 2 b*)`` at
+    500 units 0.12 / 0.16 / 0.15 (1-8 rows, 1-50 rows, a panel of 1-4) became 5e-7 / 1e-5 /
+    7e-6; ``P(bound = b*)`` 0.88 / 0.84 / 0.85 became 1.00 / 0.43 / 0.94 (the 1-50 choice
+    mostly 32, dropping rows of the 36% of units above 32); at 5 000 and 50 000 units
+    ``P(bound = b*)`` is 1.000 before and after, and the tail went from at most 2e-5 to below
+    1e-30. (The depth inside the bucket of ``T`` keeps the old utility's property that one
+    added unit can move two candidates' scores apart by twice the sensitivity: the call-site
+    audit's neighbours see it.)
 
 ``"tradeoff"``
     Trades rows kept against the noise the bound implies. Bounding at ``b`` drops
@@ -95,9 +99,9 @@ Each privacy unit contributes exactly one count to the histogram, whatever its r
 * ``"quantile"``: ``max(alpha, 1-alpha)`` under ``add_remove``: an added unit moves ``T``
   by ``alpha`` and each of ``L(b)``, ``F(b)`` by 0 or 1, the same 1 for both where the unit
   is below ``b``'s bucket, so ``T - F(b)`` and ``L(b) - T`` each move by ``alpha`` or
-  ``1 - alpha`` (the margin is a constant), and a maximum of terms moves by at most their
-  largest move. ``1`` under ``replace``: ``n`` and ``T`` are fixed and ``L``, ``F`` move by
-  at most one.
+  ``1 - alpha`` (the margin is a constant), and a maximum of two terms moves by at most
+  their larger move. ``1`` under ``replace``: ``n`` and ``T`` are fixed and ``L``, ``F``
+  move by at most one.
 * ``"tradeoff"``: ``1`` under both relations: ``G(b)`` and ``G(b) + E(b)`` each move by at
   most one when one unit is added, removed or changed, and the distance of a fixed
   ``lambda`` from an interval moves by at most the largest move of its ends.
@@ -351,7 +355,7 @@ def bound_scores(
         target = p * total - q * int(margin)  # q * (alpha n - margin)
         at_most = cumulative[positions]  # #(c <= b) = L(b) + E(b)
         distance = np.maximum(target - q * at_most, q * less - target)
-        quantile_scores: IntArray = -np.maximum(distance, 0).astype(np.int64)
+        quantile_scores: IntArray = -distance.astype(np.int64)  # > 0 inside the bucket of T
         sensitivity = Fraction(1) if rel == "replace" else max(fraction, 1 - fraction)
         return BoundScores(quantile_scores, Fraction(1, q), sensitivity, bounds)
     if noise_per_bound is None:

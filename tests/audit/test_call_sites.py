@@ -186,7 +186,9 @@ UNIFORM = Data()
 CONCENTRATED = Data(tuple(background(300, 90.0)))
 TWO_KEYS = Data(replace_keys=("de", "fr"))  # .PerKey under replace: two keys of m = 2 change
 # Rows per unit under replace: the adversary holds one row (as every background unit) in D.
-ONE_ROW = Data(quiet_rows=1)
+# 150 units: the choice's target rank (alpha n less its tail margin, 25 ranks at the choice's
+# 0.5) nearer the end of bucket 1 than its start, where one unit moves two scores apart.
+ONE_ROW = Data(tuple(background(150)), quiet_rows=1)
 # (More units: each key's scores far from the others', so its release is told apart.)
 ONE_ROW_TWO_KEYS = Data(tuple(background(150)), quiet_rows=1, replace_keys=("de", "fr"))
 CONCENTRATED_ONE_ROW = Data(tuple(background(300, 90.0)), quiet_rows=1)
