@@ -512,12 +512,18 @@ def test_quantile_release_keeps_old_keys_and_names_the_new_one_for_what_it_bound
 
 def test_several_quantiles_say_what_the_bound_covers() -> None:
     statement = quantile_statement(
-        [0.25, 0.5, 0.75], rank_error=30.0, confidence=0.95, several_rounds=True
+        [0.25, 0.5, 0.75],
+        rank_error=30.0,
+        confidence=0.95,
+        several_rounds=True,
+        rank_error_share=0.00073,
     )
     description = statement.description
-    assert "rank range is at most 30 from alpha*N" in description
+    # Issue 39: the tie cuts' term is in the stated numbers, not only in words.
+    assert "rank range is at most 30 + 0.00073 * N from alpha*N" in description
+    assert statement.bounds["rank_error_share_of_n"] == 0.00073
     assert "errors of the earlier selections" in description
-    assert "block of tied values" in description and "1/128" in description
+    assert "blocks of tied values" in description
     assert "alpha in 0.25, 0.5, 0.75" in description
     assert "two distances" not in description
     two_pass = quantile_statement(
