@@ -53,7 +53,12 @@ if TYPE_CHECKING:
     from beam_dp.io.release_rows import ReleaseRow as ReleaseRow
     from beam_dp.io.release_rows import ReleaseRows as ReleaseRows
     from beam_dp.io.report_format import chosen_bound as chosen_bound
+    from beam_dp.io.report_format import format_number as format_number
+    from beam_dp.io.report_format import format_share as format_share
+    from beam_dp.io.report_format import grid_step as grid_step
     from beam_dp.io.schema import ColumnResolution as ColumnResolution
+    from beam_dp.io.schema import NamedColumn as NamedColumn
+    from beam_dp.io.schema import check_export_columns as check_export_columns
     from beam_dp.io.schema import column_resolution as column_resolution
     from beam_dp.io.schema import combine_resolutions as combine_resolutions
     from beam_dp.io.write_releases import WriteReleases as WriteReleases
@@ -77,6 +82,7 @@ __all__ = [
     "Grid",
     "KeySelection",
     "LedgerEntry",
+    "NamedColumn",
     "PerKeyOptions",
     "PrivacyBudget",
     "PrivateCDF",
@@ -97,11 +103,15 @@ __all__ = [
     "SkippedFile",
     "TopCandidates",
     "WriteReleases",
+    "check_export_columns",
     "check_relation",
     "chosen_bound",
     "column_resolution",
     "combine_resolutions",
     "data_error",
+    "format_number",
+    "format_share",
+    "grid_step",
     "ledger_entries_to_record",
     "output_files",
     "read_labels",
@@ -154,6 +164,11 @@ _WHERE = {
     "column_resolution": "beam_dp.io.schema",
     "combine_resolutions": "beam_dp.io.schema",
     "chosen_bound": "beam_dp.io.report_format",
+    "NamedColumn": "beam_dp.io.schema",
+    "check_export_columns": "beam_dp.io.schema",
+    "format_number": "beam_dp.io.report_format",
+    "format_share": "beam_dp.io.report_format",
+    "grid_step": "beam_dp.io.report_format",
     "telemetry": "beam_dp.telemetry",
 }
 

@@ -30,13 +30,14 @@ from apache_beam.pvalue import PCollection
 from beam_dp import (
     BadRecordError,
     ColumnResolution,
+    NamedColumn,
     PrivacyBudget,
     ReadExport,
     SkippedFile,
+    check_export_columns,
     column_resolution,
     combine_resolutions,
 )
-from beam_dp.io.schema import NamedColumn, check_export_columns
 from beam_dp.ledger import RunInfo, config_digest
 from pipelines._state import LOG, STATE
 from pipelines.execute import (

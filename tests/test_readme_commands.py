@@ -30,7 +30,7 @@ def _readme_job_commands() -> list[list[str]]:
 @pytest.mark.slow
 def test_the_readme_commands_run_after_make_run(tmp_path: Path) -> None:
     commands = _readme_job_commands()
-    assert len(commands) == 5, commands
+    assert len(commands) == 6, commands
     for name in ("sample_data", "pipelines"):
         os.symlink(REPO / name, tmp_path / name)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
