@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from beam_dp.accounting import LedgerEntry as LedgerEntry
     from beam_dp.accounting import PrivacyBudget as PrivacyBudget
     from beam_dp.batching import ContributionBounds as ContributionBounds
+    from beam_dp.batching import canonical_hash64 as canonical_hash64
+    from beam_dp.beam._contributions import WindowAdmissions as WindowAdmissions
     from beam_dp.beam._transform import PerKeyOptions as PerKeyOptions
     from beam_dp.beam._transform import PrivateOptions as PrivateOptions
     from beam_dp.beam._transform import PrivateTransform as PrivateTransform
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from beam_dp.io.schema import check_export_columns as check_export_columns
     from beam_dp.io.schema import column_resolution as column_resolution
     from beam_dp.io.schema import combine_resolutions as combine_resolutions
+    from beam_dp.io.watch import stream_runner as stream_runner
     from beam_dp.io.write_releases import WriteReleases as WriteReleases
     from beam_dp.release import Release as Release
     from beam_dp.release import ledger_entries_to_record as ledger_entries_to_record
@@ -102,7 +105,9 @@ __all__ = [
     "SelectCandidates",
     "SkippedFile",
     "TopCandidates",
+    "WindowAdmissions",
     "WriteReleases",
+    "canonical_hash64",
     "check_export_columns",
     "check_relation",
     "chosen_bound",
@@ -115,6 +120,7 @@ __all__ = [
     "ledger_entries_to_record",
     "output_files",
     "read_labels",
+    "stream_runner",
     "telemetry",
     "write_outputs",
 ]
@@ -169,6 +175,9 @@ _WHERE = {
     "format_number": "beam_dp.io.report_format",
     "format_share": "beam_dp.io.report_format",
     "grid_step": "beam_dp.io.report_format",
+    "WindowAdmissions": "beam_dp.beam._contributions",
+    "canonical_hash64": "beam_dp.batching",
+    "stream_runner": "beam_dp.io.watch",
     "telemetry": "beam_dp.telemetry",
 }
 

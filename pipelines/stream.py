@@ -135,8 +135,13 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   written) mode 0600, whatever the umask; each file is written whole beside its final name
   and renamed into place. On an object store the bucket's access rules apply.
 
-The DirectRunner cannot watch files (Beam's unbounded file source needs Prism, which fails
-offline): run it on Flink (``make engines``; ``--runner FlinkRunner --flink_version 1.19``).
+**Runners.** On Flink (``make engines``; ``--runner FlinkRunner --flink_version 1.19``) the
+landing location is watched by Beam's ``fileio.MatchContinuously``. On the DirectRunner (the
+default; offline, one process) the job builds Beam's BundleBasedDirectRunner itself (never
+Prism, which Beam's DirectRunner would download for a streaming pipeline) and watches with its
+own watcher (:mod:`beam_dp.io.watch`), by the same rules: the location matched every
+``--poll_seconds``, each new file read once and timestamped by its match time, the watermark
+advancing with the clock; the same landings give the same windows, rows and planned releases.
 """
 
 from __future__ import annotations
@@ -176,12 +181,13 @@ from beam_dp import (
     ReadExport,
     Release,
     SkippedFile,
+    WindowAdmissions,
+    canonical_hash64,
     data_error,
     ledger_entries_to_record,
+    stream_runner,
     write_outputs,
 )
-from beam_dp.batching import canonical_hash64
-from beam_dp.beam._contributions import WindowAdmissions
 from beam_dp.ledger import Cost, LedgerError, Plan, Reservation, RunInfo, open_ledger
 from pipelines._state import LOG
 from pipelines.cli import SKIP_HINT_CONFIG, cli
@@ -1280,12 +1286,6 @@ def run(
         raise ValueError("--stop_after_windows must be an integer >= 1")
     if not args.poll_seconds > 0:
         raise ValueError("--poll_seconds must be > 0")
-    if source is None and options.view_as(StandardOptions).runner in (None, "DirectRunner"):
-        raise ValueError(
-            "the DirectRunner cannot watch a location for new files (Beam's unbounded file "
-            "source needs Prism, which is not available offline): run the streaming job on "
-            "Flink (make engines; --runner FlinkRunner --flink_version 1.19)"
-        )
     options.view_as(StandardOptions).streaming = True
     budget_config = config["budget"]
     relation = budget_config.get("relation", "add_remove")
@@ -1375,7 +1375,7 @@ def run(
             + ([args.event_time] if args.event_time else [])
         )
     )
-    pipeline = beam.Pipeline(options=options)
+    pipeline = beam.Pipeline(runner=stream_runner(options), options=options)
     if source is not None:
         read = source(pipeline)
     else:

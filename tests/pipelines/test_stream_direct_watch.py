@@ -36,12 +36,6 @@ def test_shards_landing_during_the_run_are_published_in_their_windows(
     assert (tmp_path / "out" / "release.json").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="pipelines/stream.py still refuses the DirectRunner; the change that builds "
-    "beam_dp.io.watch.stream_runner(options) instead is pending (then remove this mark)",
-)
 def test_the_default_runner_watches_offline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
