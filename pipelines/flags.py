@@ -31,6 +31,7 @@ from pipelines.statistics import public_list, suggest_names
 
 __all__ = [
     "JOB_EPILOG",
+    "add_bounds_arguments",
     "add_common_arguments",
     "add_method_argument",
     "add_name_argument",
@@ -211,6 +212,26 @@ def add_method_argument(parser: argparse.ArgumentParser) -> None:
         help="how the released answer is drawn: permute_and_flip (default; never less "
         "accurate on average than exponential for the same epsilon) or exponential (the "
         "exponential mechanism)",
+    )
+
+
+def add_bounds_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--lower`` and ``--upper``: a numeric statistic's public bounds."""
+    parser.add_argument(
+        "--lower",
+        metavar="NUMBER",
+        type=float,
+        required=True,
+        help="the smallest value considered, chosen without looking at the data (it is not "
+        "private); smaller values count as this one. Required",
+    )
+    parser.add_argument(
+        "--upper",
+        metavar="NUMBER",
+        type=float,
+        required=True,
+        help="the largest value considered, chosen the same way; larger values count as this "
+        "one. Required",
     )
 
 

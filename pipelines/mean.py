@@ -23,6 +23,7 @@ from typing import Any
 
 from pipelines.cli import cli
 from pipelines.flags import (
+    add_bounds_arguments,
     add_method_argument,
     add_name_argument,
     int_or_auto,
@@ -34,22 +35,7 @@ from pipelines.job_run import run_statistic
 def _parser() -> argparse.ArgumentParser:
     field = "the numeric field whose mean is released. Required"
     parser = statistic_parser("pipelines.mean", __doc__, "--value", field)
-    parser.add_argument(
-        "--lower",
-        metavar="NUMBER",
-        type=float,
-        required=True,
-        help="the smallest value considered, chosen without looking at the data (it is not "
-        "private); smaller values count as this one. Required",
-    )
-    parser.add_argument(
-        "--upper",
-        metavar="NUMBER",
-        type=float,
-        required=True,
-        help="the largest value considered, chosen the same way; larger values count as this "
-        "one. Required",
-    )
+    add_bounds_arguments(parser)
     parser.add_argument(
         "--grid",
         choices=["uniform", "log"],

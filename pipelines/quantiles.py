@@ -22,6 +22,7 @@ from typing import Any
 
 from pipelines.cli import cli
 from pipelines.flags import (
+    add_bounds_arguments,
     add_method_argument,
     add_name_argument,
     int_or_auto,
@@ -40,22 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         help="which quantiles, as fractions separated by commas: 0.5 is the median, "
         "0.25,0.5,0.75 the quartiles. Required",
     )
-    parser.add_argument(
-        "--lower",
-        metavar="NUMBER",
-        type=float,
-        required=True,
-        help="the smallest value considered, chosen without looking at the data (it is not "
-        "private); smaller values count as this one. Required",
-    )
-    parser.add_argument(
-        "--upper",
-        metavar="NUMBER",
-        type=float,
-        required=True,
-        help="the largest value considered, chosen the same way; larger values count as this "
-        "one. Required",
-    )
+    add_bounds_arguments(parser)
     parser.add_argument(
         "--grid",
         choices=["uniform", "log"],
