@@ -180,6 +180,17 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _field_names(text: str) -> list[str]:
+    """``--json_fields``: names between commas, blanks stripped; none may be empty."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            "must list distinct field names between commas (user,hours); received an empty "
+            "or repeated name"
+        )
+    return names
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -260,6 +271,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, value: bool = False
         default=None,
         help="the format of files whose suffix names none. Default: each file's suffix "
         "(an export may mix formats)",
+    )
+    parser.add_argument(
+        "--json_fields",
+        metavar="NAME,NAME,...",
+        type=_field_names,
+        default=None,
+        help="the JSON lines files' field names, as the export declares them (public, like a "
+        "CSV header): the named columns are checked against them before anything is charged. "
+        "Default: none (a JSON line's keys are its record's, so JSON lines columns are "
+        "checked only when read, after the charge)",
     )
     unit = parser.add_mutually_exclusive_group(required=True)
     unit.add_argument(

@@ -229,15 +229,18 @@ def check_input_columns(
     *,
     input_format: str | None,
     on_bad_record: str,
+    json_fields: Sequence[str] | None = None,
 ) -> None:
     """Every named column against every matched file's schema or header, before anything is
-    charged (:func:`beam_dp.io.schema.check_export_columns`; JSON lines are checked when
-    read). A pattern that matches nothing passes: the usual error comes later, in order."""
+    charged (:func:`beam_dp.io.schema.check_export_columns`; JSON lines against the
+    operator's ``json_fields``, else when read). A pattern that matches nothing passes: the
+    usual error comes later, in order."""
     check_export_columns(
         _matched_paths(input_pattern),
         columns,
         input_format=input_format,
         on_bad_record=on_bad_record,
+        json_fields=json_fields,
     )
 
 
@@ -342,6 +345,7 @@ def run_statistics(
     job: str = "pipelines",
     config: str | None = None,
     ledger_timeout: float = LEDGER_TIMEOUT,
+    json_fields: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Check every statistic, request every share, finalize the budget, then run.
 
@@ -376,6 +380,7 @@ def run_statistics(
         named,
         input_format=input_format,
         on_bad_record=on_bad_record,
+        json_fields=json_fields,
     )
     apply_quantile_defaults(
         specs,
@@ -494,6 +499,7 @@ def run_single(
         [spec],
         input_pattern=args.input,
         input_format=args.input_format,
+        json_fields=args.json_fields,
         privacy_unit=args.privacy_unit,
         record_level=args.record_level,
         unit_ids=args.unit_ids,

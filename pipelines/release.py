@@ -71,6 +71,7 @@ INPUT_KEYS: dict[str, Any] = {
     "record_level": bool,
     "unit_ids": Literal["normalize", "exact"],
     "on_bad_record": Literal["fail", "skip"],
+    "json_fields": list[str],
 }
 BUDGET_KEYS: dict[str, Any] = {
     "epsilon": float,
@@ -192,6 +193,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         unit_ids=source.get("unit_ids", "normalize"),
         relation=budget_config.get("relation", "add_remove"),
         on_bad_record=source.get("on_bad_record", "fail"),
+        json_fields=source.get("json_fields"),
         budget=budget,
         options=options,
         output=args.output,

@@ -388,9 +388,13 @@ def _nearest(name: str, present: Sequence[str]) -> str:
     return f"the nearest is '{ranked[0]}' (its fields: {listed})"
 
 
-def _file_fields(path: str, fmt: str, skip: bool) -> tuple[str, dict[str, _TypeClass]] | None:
+def _file_fields(
+    path: str, fmt: str, skip: bool, json_fields: Sequence[str] | None = None
+) -> tuple[str, dict[str, _TypeClass]] | None:
     """``(where, {field: type class})`` from the file's schema or header, or None when the
-    format has none that is public (JSON lines) or the file is skipped as undecodable."""
+    format has none that is public (JSON lines without ``json_fields``) or the file is skipped
+    as undecodable. JSON lines with ``json_fields``: the operator's declared names (public),
+    of unknown type (a JSON value's type is its record's)."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -428,6 +432,8 @@ def _file_fields(path: str, fmt: str, skip: bool) -> tuple[str, dict[str, _TypeC
                 return None
             raise _undecodable(path, fmt, "its header")
         return "header", dict.fromkeys(names, "text")
+    if json_fields is not None:  # declared by the operator: no line is read
+        return "declared fields (json_fields)", dict.fromkeys(json_fields, "unknown")
     return None  # JSON lines: a line's keys are a record's, read only once the run is charged
 
 
@@ -464,6 +470,7 @@ def check_export_columns(
     *,
     input_format: str | None = None,
     on_bad_record: str = "fail",
+    json_fields: Sequence[str] | None = None,
 ) -> None:
     """Check every named column against every file's schema or header: public facts only.
 
@@ -472,7 +479,9 @@ def check_export_columns(
     (:func:`beam_dp.io.readers.file_format`: its suffix, else ``input_format``). Parquet's
     footer and Avro's header (schemas) and a CSV file's header row are read; never a record.
     JSON lines have no schema: a line's keys belong to its record (an exporter may leave a
-    null field out), so they are checked only when the data is read, after the charge.
+    null field out), so no line is read here. With ``json_fields`` (the operator's list of the
+    export's field names, public like a CSV header) the columns are checked against that list;
+    without it they are checked only when the data is read, after the charge.
 
     The files are checked in order, so the first file whose schema disagrees (lacks a column
     the files before it have, or declares it of another type) is the one named.
@@ -484,6 +493,8 @@ def check_export_columns(
         input_format: the format of files whose suffix names none.
         on_bad_record: ``"skip"`` passes over a file whose schema or header cannot be read
             (the reader skips it as undecodable); ``"fail"`` names it.
+        json_fields: the JSON lines files' field names as the operator declares them, or
+            None (JSON lines columns then checked when read).
 
     Raises:
         BadRecordError: one line naming the file, the column and how it was named, and the
@@ -496,8 +507,16 @@ def check_export_columns(
     for column in wanted:
         if not isinstance(column, NamedColumn):
             raise ValueError(f"'columns' must hold NamedColumn entries; received {column!r}")
+    if json_fields is not None:
+        declared = list(json_fields)
+        if not declared or not all(isinstance(name, str) and name for name in declared):
+            raise ValueError(
+                "'json_fields' must list the JSON lines files' field names (non-empty texts)"
+            )
     for path in paths:
-        fields = _file_fields(path, file_format(path, input_format), on_bad_record == "skip")
+        fields = _file_fields(
+            path, file_format(path, input_format), on_bad_record == "skip", json_fields
+        )
         if fields is None:
             continue
         where, types = fields

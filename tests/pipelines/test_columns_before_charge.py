@@ -4,8 +4,10 @@ With a ledger, a job naming a column the export does not have (the privacy unit,
 candidate, a key) fails before the reservation when every file's schema or header is public
 (Parquet's footer, Avro's header, a CSV header row): one line naming the column, how it was
 named and the nearest field the file has; exit 1; the dataset's budget unchanged. JSON lines
-have no schema (a line's keys are its record's): the same typo fails once the data is read,
-charged, as the README's table says.
+have no schema (a line's keys are its record's): with the export's field names declared by
+the operator (``--json_fields``, ``json_fields`` in a config) the columns are checked against
+them in the same way; without, the same typo fails once the data is read, charged, as the
+README's table says.
 """
 
 from __future__ import annotations
@@ -80,26 +82,36 @@ TYPOS = [
 ]
 
 
-def _job(flag: str, typo: str, pattern: str, tmp_path: Path, url: str) -> Any:
-    """The job that names the misspelt column, as a callable (in-process)."""
+#: The export's field names, as an operator declares them for JSON lines (``json_fields``).
+FIELDS = ["nr", "weight", "vote", "region"]
+
+
+def _job(
+    flag: str, typo: str, pattern: str, tmp_path: Path, url: str, declared: bool = False
+) -> Any:
+    """The job that names the misspelt column, as a callable (in-process); ``declared``: with
+    the export's field names declared (``--json_fields`` / ``json_fields``)."""
     unit = typo if flag == "privacy_unit" else "nr"
     ledger = ["--ledger", url, "--dataset", DATASET, "--output", str(tmp_path / "out")]
+    fields = ["--json_fields", ",".join(FIELDS)] if declared else []
     if flag == "candidate" or flag == "privacy_unit":
         argv = ["--input", pattern, "--privacy_unit", unit, "--candidate",
                 typo if flag == "candidate" else "vote", "--candidates", "a,b",
-                "--epsilon", "1", *ledger]  # fmt: skip
+                "--epsilon", "1", *fields, *ledger]  # fmt: skip
         return lambda: election.run(argv)
     if flag == "value":
         argv = ["--input", pattern, "--privacy_unit", unit, "--value", typo,
                 "--quantiles", "0.5", "--lower", "0", "--upper", "100", "--num_points", "101",
-                "--max_contributions", "1", "--epsilon", "1", *ledger]  # fmt: skip
+                "--max_contributions", "1", "--epsilon", "1", *fields, *ledger]  # fmt: skip
         return lambda: quantiles.run(argv)
     config = tmp_path / "job.toml"
+    declaration = f"json_fields = {json.dumps(FIELDS)}" if declared else ""
     config.write_text(
         f"""
 [input]
 path = {json.dumps(pattern)}
 privacy_unit = "{unit}"
+{declaration}
 
 [budget]
 epsilon = 1
@@ -116,7 +128,7 @@ keys = ["north", "south"]
     return lambda: release.run(["--config", str(config), *ledger])
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv"])
+@pytest.mark.parametrize("fmt", ["parquet", "avro", "csv", "jsonl-declared"])
 @pytest.mark.parametrize(("flag", "typo", "meant"), TYPOS, ids=[t[0] for t in TYPOS])
 def test_a_misspelt_column_charges_nothing(
     tmp_path: Path,
@@ -126,11 +138,12 @@ def test_a_misspelt_column_charges_nothing(
     typo: str,
     meant: str,
 ) -> None:
-    pattern = write_export(tmp_path / "export", fmt, _rows(), shards=2)
+    declared = fmt == "jsonl-declared"  # JSON lines with the operator's json_fields
+    pattern = write_export(tmp_path / "export", fmt.split("-")[0], _rows(), shards=2)
     url = _ledger(tmp_path)
     before = _spent(url)
     with pytest.raises(SystemExit) as exited, redirect_stderr(io.StringIO()) as err:
-        cli(_job(flag, typo, pattern, tmp_path, url))
+        cli(_job(flag, typo, pattern, tmp_path, url, declared))
     message = exited.value.code  # a message: Python prints it to stderr and exits 1
     assert isinstance(message, str) and not err.getvalue(), err.getvalue()
     assert len(message.splitlines()) == 1, message
@@ -225,3 +238,27 @@ def test_a_streams_misspelt_event_time_is_named_from_its_landing_files(
     check_input_columns(
         str(tmp_path / "empty" / "*"), columns, input_format=None, on_bad_record="fail"
     )
+
+
+def test_declared_json_fields_read_no_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"nr": 1}\n')
+    path.chmod(0)  # opening it would fail
+    try:
+        check_export_columns([str(path)], [NamedColumn("nr", "unit")], json_fields=["nr"])
+        with pytest.raises(BadRecordError, match="'id' is missing from the file's declared"):
+            check_export_columns([str(path)], [NamedColumn("id", "unit")], json_fields=["nr"])
+    finally:
+        path.chmod(0o600)
+
+
+@pytest.mark.parametrize("given", ["nr,,weight", "nr,nr", ","])
+def test_json_fields_must_be_distinct_names(tmp_path: Path, given: str) -> None:
+    pattern = write_export(tmp_path / "export", "jsonl", _rows(), shards=1)
+    argv = ["--input", pattern, "--privacy_unit", "nr", "--candidate", "vote",
+            "--candidates", "a,b", "--epsilon", "1", "--json_fields", given,
+            "--output", str(tmp_path / "out")]  # fmt: skip
+    with pytest.raises(SystemExit), redirect_stderr(io.StringIO()) as err:
+        election.run(argv)
+    assert "--json_fields: must list distinct field names" in err.getvalue()
+    assert not (tmp_path / "out").exists()
