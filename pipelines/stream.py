@@ -770,6 +770,7 @@ class StreamJob:
     attempt: int = 1
     grant_limit: int | None = None
     persons: bool = False
+    windows_per_unit: int = 1
     now: Callable[[], float] = time.time
     published: list[dict[str, Any]] = field(default_factory=list)
     windows: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -1126,12 +1127,14 @@ class StreamJob:
         }
 
     def summary_document(self, document: dict[str, Any]) -> dict[str, Any]:
-        """``document`` with the ledger's summary in its budget (what the batch jobs print:
-        :func:`pipelines.summary.print_summary`); release.json does not carry it."""
+        """``document`` with, in its budget, the windows a person may be in (the summary says
+        what one window spends) and the ledger's summary (what the batch jobs print:
+        :func:`pipelines.summary.print_summary`); release.json carries neither."""
+        budget = {**document["budget"], "windows_per_unit": self.windows_per_unit}
         ledger = self.ledger_summary()
-        if ledger is None:
-            return document
-        return {**document, "budget": {**document["budget"], "ledger": ledger}}
+        if ledger is not None:
+            budget["ledger"] = ledger
+        return {**document, "budget": budget}
 
     def write_outputs(self) -> None:
         """Publish the outputs of every window so far, all or nothing: ``release.json``,
@@ -1352,6 +1355,7 @@ def run(
         stop_file=args.stop_file,
         attempt=attempt,
         persons=unit is not None,
+        windows_per_unit=args.max_windows_per_unit,
         now=now,
         windows=dict(known),
     )

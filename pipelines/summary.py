@@ -126,6 +126,14 @@ def _print_intervals(releases: Sequence[dict[str, Any]], out: Any) -> None:
     for line in lines:
         for piece in textwrap.wrap(line, width=100, initial_indent="  ", subsequent_indent="    "):
             print(piece, file=out)
+    for r in releases:  # intervals that say little more than the public bounds
+        note = (r.get("interval") or {}).get("note")
+        if note:
+            label = r["name"] if r.get("key") is None else f"{r['name']} [{r['key']}]"
+            for piece in textwrap.wrap(
+                f"note: {label}: {note}", width=100, initial_indent="  ", subsequent_indent="    "
+            ):
+                print(piece, file=out)
 
 
 # The ledger's own accuracy keys (in the score's units); a release that states its accuracy in
@@ -299,13 +307,29 @@ def print_summary(document: dict[str, Any], file: Any = None) -> None:
     _print_descriptions(document["releases"], out)
     _print_chosen_bounds(document["releases"], out)
     budget = document["budget"]
-    print(
-        f"\nbudget: epsilon {format_share(budget['epsilon_spent'])} of "
-        f"{format_share(budget['epsilon_total'])} spent, "
-        f"delta {format_share(budget['delta_spent'])} of {format_share(budget['delta_total'])} "
-        f"({budget.get('composition', 'basic')} composition)",
-        file=out,
-    )
+    windows = budget.get("windows_per_unit")
+    if budget.get("per_window") and isinstance(windows, int) and windows >= 1:
+        # the stream job: its config's budget is each person's over the job, each window's
+        # releases spend it over the windows a person may be in (pipelines.stream)
+        epsilon, delta = budget["epsilon_spent"], budget["delta_spent"]
+        print(
+            f"\nbudget per window: epsilon {format_share(epsilon / windows)}, delta "
+            f"{format_share(delta / windows)} (the config's epsilon {format_share(epsilon)}, "
+            f"delta {format_share(delta)} over --max_windows_per_unit {windows}; "
+            f"{budget.get('composition', 'basic')} composition); each person, over every "
+            f"window of the job: at most epsilon {format_share(epsilon)}, delta "
+            f"{format_share(delta)}",
+            file=out,
+        )
+    else:
+        print(
+            f"\nbudget: epsilon {format_share(budget['epsilon_spent'])} of "
+            f"{format_share(budget['epsilon_total'])} spent, "
+            f"delta {format_share(budget['delta_spent'])} of "
+            f"{format_share(budget['delta_total'])} "
+            f"({budget.get('composition', 'basic')} composition)",
+            file=out,
+        )
     ledger = budget.get("ledger")
     if isinstance(ledger, dict) and isinstance(ledger.get("after_commit"), dict):
         charge = ledger["after_commit"]

@@ -220,3 +220,10 @@ def test_the_job_ends_with_the_summary_and_the_ledger_charges_as_the_batch_jobs_
     assert ledger.endswith("charged epsilon=3, delta=0 to dataset 'people'"), ledger
     assert "(one per window)" in ledger, ledger
     assert "epsilon=97, delta=0 left of epsilon=100, delta=0" in printed, printed
+    # the config's budget is each person's over the job; a window spends it / 2 (issue 37)
+    assert (
+        "\nbudget per window: epsilon 1, delta 0 (the config's epsilon 2, delta 0 over "
+        "--max_windows_per_unit 2; basic composition); each person, over every window of the "
+        "job: at most epsilon 2, delta 0\n"
+    ) in printed, printed
+    assert " spent" not in printed, printed
