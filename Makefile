@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean postgresql chromium engines mutants
+.PHONY: run test lint typecheck unit bench clean postgresql chromium engines mutants peers
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,5 +83,21 @@ bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[benchmarks]"
 	$(BIN)/python -m benchmarks.selection
 
+# The peers of benchmarks/real_panels.py (issue 38: OpenDP, PipelineDP, diffprivlib) and the
+# panels' data package, with beam-dp itself, in their own venv: PipelineDP 0.3.1 needs
+# Python < 3.12 and diffprivlib 0.6.6 scikit-learn < 1.6. Benchmark-only: beam_dp, pipelines
+# and the tests never import them. Run: .peers-venv/bin/python -m benchmarks.real_panels
+PEERS_PYTHON ?= python3.11
+PEERS_VENV := .peers-venv
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): benchmarks/peers/requirements.txt setup.py pyproject.toml
+	$(PEERS_PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/pip install --quiet -r benchmarks/peers/requirements.txt -e .
+	touch $(PEERS_STAMP)
+
+peers: $(PEERS_STAMP)
+
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache engines/*/target
+	rm -rf $(VENV) $(PEERS_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache engines/*/target
