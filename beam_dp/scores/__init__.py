@@ -11,7 +11,7 @@ DistinctUnitCount   #units that contributed r           1 / 1                 ad
 Revenue             r · #{units with x ≥ r}             max(R) / max(R)       add_remove
 PluralityVote       #votes for r                        1 / 1                 add_remove
 VoteMargin          #r − #other (two candidates)        1 / 2                 never
-QuantileScore       −|(1−α)#(x<r) − α#(x>r)|            max(α,1−α)k / k       never
+QuantileScore       −dist(αn, [#(x<r), #(x≤r)])         max(α,1−α)k / k       never
 MeanScore           −|x̄ − r|, n public                  — / k(M−m)/n          never
 ==================  ==================================  ====================  ==========
 """

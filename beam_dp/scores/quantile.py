@@ -28,11 +28,21 @@ from beam_dp.scores._exact import (
 
 @dataclass(frozen=True)
 class QuantileScore(Score):
-    """Quantile utility: ``q(r; x) = -|(1 - alpha) #(x < r) - alpha #(x > r)|``.
+    """Tie-aware quantile utility: minus the distance from ``alpha N`` to the ranks of ``r``.
 
-    This is the seeds' utility without its constant offset ``max(alpha, 1 - alpha) N``, which
-    does not change any selection probability. With ``alpha = a/b`` in lowest terms the integer
-    score is ``-|(b - a) L - a G|`` with ``L = #(x < r)``, ``G = #(x > r)``, and ``unit = 1/b``.
+    With ``L = #(x < r)``, ``E = #(x = r)``, ``G = #(x > r)`` and ``N = L + E + G``, the values
+    equal to ``r`` hold the ranks ``[L, L + E]``, and::
+
+        q(r; x) = -max(0, (1 - alpha) L - alpha (G + E), alpha G - (1 - alpha) (L + E))
+                = -dist(alpha N, [L, L + E]).
+
+    It is 0 exactly when some rank of ``r`` is ``alpha N`` (a tie block holding the quantile
+    scores as well as any point can), and equals the seeds' ``-|(1 - alpha) L - alpha G|``
+    (without its constant offset ``max(alpha, 1 - alpha) N``) wherever ``E = 0``. The seeds'
+    score ignored ``E``: a point holding the quantile's rank inside a block of tied values
+    scored no better than the empty points beside it (issue 39). With ``alpha = a/b`` in lowest
+    terms the integer score is ``-max(0, (b - a) L - a (G + E), a G - (b - a) (L + E))`` and
+    ``unit = 1/b``.
 
     Args:
         alpha: The quantile, strictly between 0 and 1. A float is read as the decimal it was
@@ -43,11 +53,15 @@ class QuantileScore(Score):
             enforced upstream.
 
     Privacy:
-        Relation ``add_remove`` (default): sensitivity
-        ``max(alpha, 1 - alpha) * max_contributions`` (each value moves ``L`` or ``G`` by one).
-        Relation ``replace``: sensitivity ``max_contributions`` (a changed value can move ``L``
-        up and ``G`` down by one each: ``(1 - alpha) + alpha = 1``). Not monotone under either.
-        A mechanism releases one grid point.
+        The two inner terms are ``L - alpha N`` and ``alpha N - (L + E)``; ``q`` is minus the
+        largest of them and 0, and ``max(0, s, t)`` moves by at most the largest move of ``s``
+        and ``t``. Relation ``add_remove`` (default): one value added (``N`` up by one) lands
+        in ``L``, ``E`` or ``G``: ``L - alpha N`` moves by ``1 - alpha`` or ``-alpha``, and
+        ``alpha N - (L + E)`` by ``alpha - 1`` or ``alpha``; so the sensitivity is
+        ``max(alpha, 1 - alpha) * max_contributions``, as for the seeds' score. Relation
+        ``replace`` (``N`` fixed): a changed value moves ``L`` and ``L + E`` by at most one
+        each, so the sensitivity is ``max_contributions``. Not monotone under either. A
+        mechanism releases one grid point.
     """
 
     alpha: float | Fraction
@@ -111,28 +125,37 @@ class QuantileScore(Score):
         """
         data = np.sort(finite_values(values, "values"))
         less = np.searchsorted(data, self._grid, side="left")
-        greater = data.size - np.searchsorted(data, self._grid, side="right")
-        return self.compute_from_counts(less, greater)
+        at_most = np.searchsorted(data, self._grid, side="right")
+        return self.compute_from_counts(less, data.size - at_most, equal=at_most - less)
 
     def compute_from_counts(
-        self, less: npt.ArrayLike, greater: npt.ArrayLike
+        self, less: npt.ArrayLike, greater: npt.ArrayLike, *, equal: npt.ArrayLike
     ) -> npt.NDArray[np.int64]:
-        """Integer scores from ``L = #(x < r)`` and ``G = #(x > r)`` for every grid point.
+        """Integer scores from ``L = #(x < r)``, ``G = #(x > r)`` and ``E = #(x = r)`` for every
+        grid point.
 
-        This is the entry point for summaries (e.g. prefix sums of a grid histogram).
+        This is the entry point for summaries (e.g. prefix sums of a grid histogram). ``equal``
+        is required: without it a tied point would be scored as an empty one.
 
         Args:
             less: ``#(x < r)`` per candidate, non-negative integers.
             greater: ``#(x > r)`` per candidate, non-negative integers.
+            equal: ``#(x = r)`` per candidate, non-negative integers.
 
         Returns:
             int64 array of length ``num_candidates``.
         """
         below = as_count_array(less, "less", self.num_candidates)
         above = as_count_array(greater, "greater", self.num_candidates)
+        tied = as_count_array(equal, "equal", self.num_candidates)
         a = self._alpha.numerator
         b = self._alpha.denominator
-        largest = max(int(below.max()), int(above.max()))
-        check_fits_int64(b * largest, "QuantileScore scores")
-        scores: npt.NDArray[np.int64] = -np.abs((b - a) * below - a * above)
+        # Every term below is at most b (max(L, G) + E) in absolute value (exact Python ints).
+        largest = max(int(below.max(initial=0)), int(above.max(initial=0)))
+        check_fits_int64(b * (largest + int(tied.max(initial=0))), "QuantileScore scores")
+        past_the_ranks = (b - a) * below - a * (above + tied)  # b (L - alpha N)
+        short_of_the_ranks = a * above - (b - a) * (below + tied)  # b (alpha N - L - E)
+        scores: npt.NDArray[np.int64] = -np.maximum(
+            0, np.maximum(past_the_ranks, short_of_the_ranks)
+        )
         return scores

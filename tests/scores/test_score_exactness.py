@@ -145,8 +145,9 @@ def _quantile_brute_force(score: QuantileScore, values: list[float]) -> list[int
     out = []
     for r in score.grid:
         less = sum(1 for v in values if v < r)
-        greater = sum(1 for v in values if v > r)
-        real = -abs((1 - alpha) * less - alpha * greater)
+        at_most = sum(1 for v in values if v <= r)
+        # Minus the distance from alpha N to the ranks [L, L + E] of the values equal to r.
+        real = -max(Fraction(0), less - alpha * len(values), alpha * len(values) - at_most)
         integer = real / score.unit
         assert integer.denominator == 1
         out.append(int(integer))
@@ -184,14 +185,17 @@ def test_quantile_counts_entry_point_matches_compute() -> None:
     score = QuantileScore(0.25, grid, max_contributions=5)
     ordered = np.sort(values)
     less = np.searchsorted(ordered, grid, side="left")
-    greater = values.size - np.searchsorted(ordered, grid, side="right")
-    assert np.array_equal(score.compute_from_counts(less, greater), score.compute(values))
+    at_most = np.searchsorted(ordered, grid, side="right")
+    counted = score.compute_from_counts(less, values.size - at_most, equal=at_most - less)
+    assert np.array_equal(counted, score.compute(values))
 
 
 def test_quantile_refuses_scores_beyond_int64() -> None:
     score = QuantileScore(Fraction(1, 2**40), [0.0])
     with pytest.raises(ValueError, match="int64"):
-        score.compute_from_counts([2**30], [0])
+        score.compute_from_counts([2**30], [0], equal=[0])
+    with pytest.raises(ValueError, match="int64"):  # the tied values count too
+        score.compute_from_counts([2**22], [0], equal=[2**23 - 2**22])
 
 
 # --- mean ------------------------------------------------------------------------------------

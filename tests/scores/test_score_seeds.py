@@ -68,11 +68,18 @@ def test_seeds_000_001_quantile_sensitivities() -> None:
 
 
 def test_seed_000_median_utility() -> None:
-    # The median utility |#(x<r) - #(x>r)| up to the factor 1/2 of alpha = 1/2.
+    # The median utility |#(x<r) - #(x>r)| up to the factor 1/2 of alpha = 1/2, at grid points
+    # no value equals (the seed's score; issue 39 made the score tie-aware elsewhere).
     data = [1.0, 2.0, 3.0, 4.0, 5.0]
-    score = QuantileScore(0.5, data)
+    grid = [0.5, 1.5, 2.5, 3.5, 4.5, 5.5]
+    score = QuantileScore(0.5, grid)
     real = [s * score.unit for s in score.compute(data).tolist()]
-    assert real == [-Fraction(abs((r - 1) - (5 - r)), 2) for r in range(1, 6)]
+    assert real == [-Fraction(abs(r - (5 - r)), 2) for r in range(6)]
+    # At the values themselves: minus the distance from N/2 = 5/2 to the ranks [r - 1, r].
+    at_values = QuantileScore(0.5, data)
+    half = Fraction(1, 2)
+    real = [s * at_values.unit for s in at_values.compute(data).tolist()]
+    assert real == [-3 * half, -half, 0, -half, -3 * half]
 
 
 def test_seed_004_mean_sensitivity() -> None:

@@ -259,20 +259,25 @@ def test_quantile(relation: str) -> None:
 
 
 def test_quantile_counts_entry_point_has_the_same_sensitivity() -> None:
-    # Neighbouring (L, G) vectors: one unit's k values moved between "<", "=" and ">".
+    # Neighbouring (L, E, G) vectors: one unit's k values moved between "<", "=" and ">"
+    # (replace), or k values added to them (add/remove).
     rng = np.random.default_rng(20240606)
     score = QuantileScore(0.3, (0.0,), max_contributions=2)
-    less = rng.integers(0, 50, size=PAIRS)
-    greater = rng.integers(0, 50, size=PAIRS)
-    moved_l = rng.integers(-2, 3, size=PAIRS)
-    moved_g = rng.integers(-2, 3, size=PAIRS)
-    ok = (np.abs(moved_l) + np.abs(moved_g) <= 2) & (less + moved_l >= 0) & (greater + moved_g >= 0)
-    for first_l, first_g, step_l, step_g in zip(
-        less[ok], greater[ok], moved_l[ok], moved_g[ok], strict=True
-    ):
-        first = score.compute_from_counts([first_l], [first_g])
-        second = score.compute_from_counts([first_l + step_l], [first_g + step_g])
-        assert abs(int(second[0] - first[0])) * score.unit <= score.sensitivity("replace")
+    first = rng.integers(0, 50, size=(PAIRS, 3))
+    for relation in RELATIONS:
+        if relation == "replace":
+            removed = rng.multinomial(2, [1 / 3] * 3, size=PAIRS)
+            added = rng.multinomial(2, [1 / 3] * 3, size=PAIRS)
+            second = first - removed + added
+        else:
+            # Up to 2 values added (a fourth slot: not added).
+            second = first + rng.multinomial(2, [1 / 4] * 4, size=PAIRS)[:, :3]
+        ok = (second >= 0).all(axis=1)
+        for (l1, e1, g1), (l2, e2, g2) in zip(first[ok], second[ok], strict=True):
+            before = score.compute_from_counts([l1], [g1], equal=[e1])
+            after = score.compute_from_counts([l2], [g2], equal=[e2])
+            moved = abs(int(after[0] - before[0])) * score.unit
+            assert moved <= score.sensitivity(relation)
 
 
 # --- mean ------------------------------------------------------------------------------------

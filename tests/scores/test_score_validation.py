@@ -242,9 +242,12 @@ def test_empty_data() -> None:
 
 def test_counts_rejected() -> None:
     score = QuantileScore(0.5, [0.0, 1.0])
-    _raises(ValueError, "less", score.compute_from_counts, [1], [1, 1])
-    _raises(ValueError, "greater", score.compute_from_counts, [1, 1], [1, -1])
-    _raises(TypeError, "less", score.compute_from_counts, [1.0, 1.0], [1, 1])
+    ties = {"equal": [0, 0]}
+    _raises(ValueError, "less", score.compute_from_counts, [1], [1, 1], **ties)
+    _raises(ValueError, "greater", score.compute_from_counts, [1, 1], [1, -1], **ties)
+    _raises(TypeError, "less", score.compute_from_counts, [1.0, 1.0], [1, 1], **ties)
+    _raises(ValueError, "equal", score.compute_from_counts, [1, 1], [1, 1], equal=[0, -1])
+    _raises(ValueError, "equal", score.compute_from_counts, [1, 1], [1, 1], equal=[0])
 
 
 def test_mean_data_rejected() -> None:

@@ -402,8 +402,10 @@ def test_sharded_add_and_merge_equals_one_pass(values: list[float], cuts: list[i
 
 
 def scores_from_histogram(grid: Grid, values: np.ndarray, score: QuantileScore) -> np.ndarray:
-    less, greater = less_greater(grid.histogram(values).counts())
-    real: np.ndarray = score.compute_from_counts(less, greater) * float(score.unit)
+    slots = grid.histogram(values).counts()
+    less, greater = less_greater(slots)
+    scores = score.compute_from_counts(less, greater, equal=slots[1::2])
+    real: np.ndarray = scores * float(score.unit)
     return real
 
 

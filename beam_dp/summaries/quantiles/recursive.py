@@ -52,7 +52,8 @@ level is ``epsilon_level``-bounded-range). The release drops the cuts (post-proc
 
 Independent selections (``split="independent"``) are ``m`` selections on the whole histogram
 at ``epsilon / m`` each (basic composition); the outputs are sorted (post-processing). They use
-the tie-neutral single-quantile score of :mod:`.utility`.
+the single-quantile score of :mod:`.utility`, which is tie-aware like the ranges above: minus the
+distance from the target to a point's rank range.
 
 Accuracy
 --------
@@ -275,6 +276,7 @@ def _select_independent(
         less,
         greater,
         1,
+        equal=counts[1::2],
         alpha=node.alpha,
         relation=node.relation,
         epsilon=node.epsilon,
