@@ -20,11 +20,10 @@ value_error         mean, ``replace`` (public n): ``|released - mean|``, in valu
 sum_error           mean, ``add_remove``: ``|released - mean| <= sum_error / N + grid_error``
                     (``N`` rows kept after bounding, not released), in value units x rows
 grid_error          mean: the farthest any value in ``[lower, upper]`` is from a grid point
-rank_error_beyond_  quantiles: ``|rank(out) - alpha N| - |rank(best) - alpha N|`` with
-best_grid_point     ``rank(v) = #(x < v) + alpha #(x = v)``, ``best`` the grid point
-                    minimising it; for the recursive and joint splits, the distance from
-                    ``alpha N`` to ``[#(x < out), #(x <= out)]`` beyond what the grid allows,
-                    together with ``rank_error_share_of_n`` (see :func:`quantile_statement`)
+rank_error_beyond_  quantiles: the distance from ``alpha N`` to the rank range
+best_grid_point     ``[#(x < out), #(x <= out)]`` beyond the best grid point's (what the grid
+                    allows); for the recursive and joint splits, together with
+                    ``rank_error_share_of_n`` (see :func:`quantile_statement`)
 rank_error_share_  quantiles, recursive and joint splits: the tie cuts' part of the bound, as
 of_n               a share of ``N``: the distance is at most ``rank_error_beyond_best_grid_
                    point + rank_error_share_of_n * N``
@@ -271,20 +270,20 @@ def quantile_statement(
     values occupies the ranks ``[#(x < v), #(x < v) + E]``, the value's *rank range*.
 
     One selection per quantile (``several_rounds`` False: one quantile, or independent
-    selections): the utility of grid point ``v`` is ``-|rank(v) - alpha N|`` with ``rank(v) =
-    #(x < v) + alpha #(x = v)`` (the tie block split ``alpha : 1 - alpha``), and its guarantee
-    is, with probability ``1 - beta``::
+    selections): the utility of grid point ``v`` is minus ``dist(v)``, the distance from
+    ``alpha N`` to ``v``'s rank range (:class:`~beam_dp.scores.QuantileScore`; 0 when a block
+    of values tied at ``v`` holds the quantile), and its guarantee is, with probability
+    ``1 - beta``::
 
-        |rank(out) - alpha N| <= |rank(best) - alpha N| + rank_error,
+        dist(out) <= dist(best) + rank_error,
 
-    ``best`` the grid point minimising it. The distance from ``alpha N`` to ``out``'s rank
-    range is at most ``|rank(out) - alpha N|``, so the same holds for it. What it does *not*
-    give is ``|rank(out) - alpha N| <= rank_error``: next to a large tie block the best grid
-    point itself can be far from ``alpha N`` (e.g. 480 values at 0, 100 at 50 and 420 at 100:
-    every point strictly between 0 and 50 has rank 480, 20 from the median's 500, the exact
-    median 50 has rank 530), by at most ``max(alpha, 1 - alpha)`` times the values in the grid
-    cell around the true quantile, ties at its ends included: data-dependent, never released.
-    Hence the key's name, ``rank_error_beyond_best_grid_point``.
+    ``best`` the grid point minimising it. What it does *not* give is ``dist(out) <=
+    rank_error``: when the quantile falls strictly between two grid points, ``dist(best)`` is
+    up to half the values strictly inside that grid cell: data-dependent, never released
+    (nothing when the values are grid points). Hence the key's name,
+    ``rank_error_beyond_best_grid_point``. (Before issue 39 the utility was ``-|rank(v) -
+    alpha N|`` with ``rank(v) = #(x < v) + alpha #(x = v)``: a grid point inside a tie block
+    holding the quantile scored no better than the empty points beside it.)
 
     The recursive and joint splits (``several_rounds``; :mod:`beam_dp.summaries.quantiles`)
     bound the distance from ``alpha N`` to the released value's rank range itself: at most
@@ -361,21 +360,20 @@ def quantile_statement(
             description=description,
         )
     if len(alphas) == 1:
-        what = f"the released {name}'s rank is"
-        share = f"{alphas[0]:g} times"
+        what = f"the released {name}'s rank range is"
     else:
-        what = f"each released alpha-quantile's (alpha in {listed}) rank is"
-        share = "alpha times"
+        what = f"each released alpha-quantile's (alpha in {listed}) rank range is"
     return AccuracyStatement(
         bounds={"rank_error_beyond_best_grid_point": loss},
         units=units,
         description=(
             f"{level}, {what} at most {_stated(loss)} farther from {target} than the best grid "
-            f"point's{passes}; N is the number of {rows} and is not released, and a "
-            f"value's rank counts the values below it plus {share} the values equal to it. "
-            f"With many tied values the best grid point itself can be far from {target} (by "
-            "up to the values in the grid cell around the true quantile), so this is not a "
-            f"bound on |rank - {target}| alone."
+            f"point's{passes}; N is the number of {rows} and is not released. A value's rank "
+            "range runs from the number of values below it to the number below or equal to it, "
+            "so a value shared by many tied values is exact when the quantile falls among "
+            "them. The best grid point's own distance is nothing when the values are grid "
+            "points; values between grid points add up to half the values strictly inside the "
+            "grid cell around the quantile."
         ),
     )
 
