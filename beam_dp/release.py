@@ -487,6 +487,11 @@ def cdf_statement(
     )
 
 
+#: An interval wider than this share of the public range "spans most of it" (release.json's
+#: interval ``note``, the terminal, the report).
+WIDE_INTERVAL_SHARE = 0.5
+
+
 @dataclass(frozen=True)
 class ReleaseInterval:
     """The randomization intervals of a quantile release, in the column's units.
@@ -504,6 +509,11 @@ class ReleaseInterval:
         share: the share of the release's budget they took (None for post-processing).
         scalar: whether the release's value is one number (then ``lower`` and ``upper`` are
             written as numbers, not lists).
+        public_range: the release's public bounds ``(lower, upper)``, when known: each
+            interval's width is then also written as a share of that range
+            (``share_of_public_range``), and ``note`` says which intervals span most of it
+            (more than :data:`WIDE_INTERVAL_SHARE`): such an interval says little more than
+            the bounds did.
 
     Privacy:
         Released values (selections inside the release's budget, or post-processing of it).
@@ -518,8 +528,13 @@ class ReleaseInterval:
     rho: float | None = None
     share: float | None = None
     scalar: bool = False
+    public_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        if self.public_range is not None:
+            low, high = self.public_range
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ValueError("'public_range' must be finite with lower < upper")
         if not len(self.quantiles) == len(self.lower) == len(self.upper) >= 1:
             raise ValueError("an interval needs one lower and one upper end per quantile")
         if self.scalar and len(self.quantiles) != 1:
@@ -546,7 +561,44 @@ class ReleaseInterval:
             out["rho"] = float(self.rho)
         if self.share is not None:
             out["share"] = float(self.share)
+        shares = self.shares_of_public_range
+        if shares is not None:
+            out["share_of_public_range"] = shares[0] if self.scalar else list(shares)
+            note = self.wide_note
+            if note is not None:
+                out["note"] = note
         return out
+
+    @property
+    def shares_of_public_range(self) -> tuple[float, ...] | None:
+        """Each interval's width over the public range's (None without a public range)."""
+        if self.public_range is None:
+            return None
+        low, high = self.public_range
+        return tuple(
+            min(1.0, (hi - lo) / (high - low))
+            for lo, hi in zip(self.lower, self.upper, strict=True)
+        )
+
+    @property
+    def wide_note(self) -> str | None:
+        """One sentence naming the intervals that span most of the public range, or None."""
+        shares = self.shares_of_public_range
+        if shares is None:
+            return None
+        wide = [
+            (alpha, share)
+            for alpha, share in zip(self.quantiles, shares, strict=True)
+            if share > WIDE_INTERVAL_SHARE
+        ]
+        if not wide:
+            return None
+        which = ", ".join(f"q{alpha:g} {share:.0%}" for alpha, share in wide)
+        return (
+            f"intervals spanning most of the public range ({which} of it): at this epsilon "
+            "and number of people they say little more than the bounds; a larger epsilon, "
+            "more people or narrower public bounds tighten them"
+        )
 
 
 @dataclass(frozen=True)

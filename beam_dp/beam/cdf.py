@@ -395,6 +395,7 @@ class CDFSpec:
                 confidence=self.confidence,
                 method=KS_INTERVAL_METHOD,
                 epsilon=0.0,  # post-processing of the release and its public bound
+                public_range=(float(self.grid.lower), float(self.grid.upper)),
             )
         return Release(
             value=value,

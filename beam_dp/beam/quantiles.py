@@ -242,6 +242,7 @@ class QuantileSpec(GridReleaseSpec):
             rho=None if budget.interval_rho is None else float(budget.interval_rho),
             share=float(budget.share),
             scalar=self.scalar,
+            public_range=(float(self.grid.lower), float(self.grid.upper)),
         )
 
     def _interval_sentence(self, intervals: IntervalRelease) -> str:

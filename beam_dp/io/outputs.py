@@ -142,6 +142,12 @@ _INTERVAL = {
         {"name": "epsilon", "type": "double"},
         {"name": "rho", "type": ["null", "double"], "default": None},
         {"name": "share", "type": ["null", "double"], "default": None},
+        {
+            "name": "share_of_public_range",
+            "type": ["null", {"type": "array", "items": "double"}],
+            "default": None,
+        },
+        {"name": "note", "type": ["null", "string"], "default": None},
     ],
 }
 _KINDS = ("number", "integer", "text", "numbers", "integers", "texts", "cdf")
@@ -485,6 +491,12 @@ def _interval_columns(interval: Mapping[str, Any] | None) -> dict[str, Any] | No
         "epsilon": float(interval["epsilon"]),
         "rho": None if interval.get("rho") is None else float(interval["rho"]),
         "share": None if interval.get("share") is None else float(interval["share"]),
+        "share_of_public_range": (
+            None
+            if interval.get("share_of_public_range") is None
+            else _ends(interval["share_of_public_range"])
+        ),
+        "note": None if interval.get("note") is None else str(interval["note"]),
     }
 
 
@@ -506,6 +518,11 @@ def _interval_of(row: Mapping[str, Any]) -> dict[str, Any] | None:
     for field in ("rho", "share"):
         if record[field] is not None:
             out[field] = record[field]
+    shares = record.get("share_of_public_range")
+    if shares is not None:
+        out["share_of_public_range"] = shares[0] if scalar else list(shares)
+    if record.get("note") is not None:
+        out["note"] = record["note"]
     return out
 
 

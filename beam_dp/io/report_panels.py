@@ -91,10 +91,11 @@ def _interval_item(release: Mapping[str, Any]) -> list[str]:
         if spent > 0
         else "post-processing of the release, no ε of its own"
     )
+    note = interval.get("note")
     return [
         f"bars: {level}% intervals [lower, upper] that hold the data's quantile over the "
         f"mechanism's randomness, all of a release's at once ({interval.get('method')}; {cost})"
-    ]
+    ] + ([f"note: {note}"] if isinstance(note, str) and note else [])
 
 
 def _chosen_bound(release: Mapping[str, Any]) -> list[str]:
