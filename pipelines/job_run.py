@@ -246,7 +246,17 @@ def check_input_columns(
 
 def _export_resolution(
     paths: Sequence[str], column: str, input_format: str | None, *, skip: bool
-) -> ColumnResolution:
+) -> tuple[ColumnResolution, int]:
+    """The column's resolution over the export's files, and how many files declare it float
+    while the resolution is another's (0: every file agrees).
+
+    Files that declare the column integer or decimal and files that declare it float (and
+    nothing else: no unknown or other type) follow the majority of the files: a float shard
+    among integer ones is most often an integer column written with nulls (pandas writes
+    such a column as float64), and an integer shard among float ones a float column whose
+    values happened to be whole. A tie keeps the uniform grid. Schemas are public: no value
+    decides it. A float value on a resolution grid is released as well as the grid allows:
+    the statement's "values between grid points" term covers it."""
     found = []
     for path in paths:
         try:
@@ -255,7 +265,11 @@ def _export_resolution(
             if not skip:
                 raise
             found.append(ColumnResolution("unknown"))
-    return combine_resolutions(found)
+    exact = [item for item in found if item.kind in ("integer", "decimal")]
+    floats = [item for item in found if item.kind == "float"]
+    if exact and floats and len(exact) + len(floats) == len(found) and len(exact) > len(floats):
+        return combine_resolutions(exact), len(floats)
+    return combine_resolutions(found), 0
 
 
 def apply_quantile_defaults(
@@ -306,15 +320,21 @@ def apply_quantile_defaults(
         if not paths:
             continue  # no file: the job fails below, before reading, with the usual error
         column = spec.params["value_column"]
-        found = _export_resolution(paths, column, input_format, skip=on_bad_record == "skip")
+        found, outvoted = _export_resolution(
+            paths, column, input_format, skip=on_bad_record == "skip"
+        )
         if found.kind in ("integer", "decimal") and found.resolution_text is not None:
             spec.params["resolution"] = found.resolution_text
             LOG.info(
-                "%s: grid on the multiples of %s between the bounds (the schema declares %r %s)",
+                "%s: grid on the multiples of %s between the bounds (the schema declares %r %s%s)",
                 spec.name,
                 found.resolution_text,
                 column,
                 "an integer" if found.kind == "integer" else f"a decimal of scale {found.scale}",
+                f" in {len(paths) - outvoted} of {len(paths)} files, float in the rest; give "
+                "'resolution' or 'grid' to choose otherwise"
+                if outvoted
+                else "",
             )
         else:
             LOG.info(

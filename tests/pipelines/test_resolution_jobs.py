@@ -180,3 +180,40 @@ def test_an_unreadable_file_fails_or_keeps_the_uniform_grid_with_skip(
         apply_quantile_defaults(
             [spec()], input_pattern=integers, input_format=None, privacy_unit="u"
         )
+
+
+@pytest.mark.parametrize(
+    ("integer_files", "float_files", "expected"), [(3, 1, "1"), (2, 2, None), (1, 3, None)]
+)
+def test_the_grid_follows_most_files_schemas(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    integer_files: int,
+    float_files: int,
+    expected: str | None,
+) -> None:
+    # A float64 shard among int64 ones (pandas writes an integer column with nulls so) no
+    # longer sends the whole column to the uniform grid; the majority of files decides.
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    for i in range(integer_files + float_files):
+        values = rng.integers(0, 100, 40)
+        column = pa.array(values, pa.int64() if i < integer_files else pa.float64())
+        pq.write_table(
+            pa.table({"user_id": np.arange(40), "amount": column}), folder / f"s{i}.parquet"
+        )
+    specs = [spec()]
+    with caplog.at_level(logging.INFO, logger="beam_dp.pipelines"):
+        apply_quantile_defaults(
+            specs,
+            input_pattern=str(folder / "*.parquet"),
+            input_format=None,
+            privacy_unit="user_id",
+        )
+    assert specs[0].params.get("resolution") == expected
+    if expected is not None:
+        assert (
+            f"in {integer_files} of {integer_files + float_files} files, float in the rest"
+            in caplog.text
+        )
