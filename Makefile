@@ -69,7 +69,7 @@ engines:
 	PYTHON=$(PYTHON) bash engines/install.sh
 
 unit: $(STAMP) postgresql chromium engines
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=40
 
 test: lint typecheck unit
 
