@@ -22,6 +22,11 @@ and the proposal is then accepted with probability ``exp(-y) * 2**s``, which is 
   with probability at least ``1 - 2**-50`` (``sigma <= 202``): the loop ends with probability 1.
 * :func:`bernoulli_half_power` flips ``Bernoulli(2**-k)`` for any ``k >= 0`` from ``k`` fair
   bits, 64 at a time (it stops at the first nonzero word).
+* For samplers whose work must not depend on ``y`` (the joint pair, ``docs/timing.md``):
+  :func:`tight_envelope_exponents` picks ``s`` so that ``exp(-y) 2**s > (1/2)(1 - 2**-29)``,
+  and :func:`exp_times_power_of_two_bounds` brackets ``exp(-y) 2**s`` between two integers
+  over ``2**bits`` by integer arithmetic alone (no random bits): a coin is then a uniform of a
+  fixed number of bits compared with the bracket, refined only when it falls inside it.
 
 No floating-point number enters a probability: the float estimate only chooses ``s``.
 """
@@ -44,7 +49,10 @@ __all__ = [
     "bernoulli_exp_times_power_of_two",
     "bernoulli_half_power",
     "envelope_exponents",
+    "exp_times_power_of_two_bounds",
     "ln2_bounds",
+    "scaled_exp_bounds",
+    "tight_envelope_exponents",
 ]
 
 _LN2 = math.log(2.0)
@@ -180,3 +188,97 @@ def bernoulli_envelope(y: Fraction, exponent: int, source: RandomSource) -> bool
     if not bernoulli_exp(y - point, 1, source)[0]:
         return False
     return bernoulli_exp_times_power_of_two(point, CLAMP, source)
+
+
+#: The margin :func:`tight_envelope_exponents` keeps below ``y / ln 2`` (far above the float
+#: estimate's error, far below the 1/2 it gives up on a coin).
+_TIGHT_MARGIN = 2.0**-30
+
+
+def tight_envelope_exponents(estimates: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Envelope exponents ``s`` with ``(1/2)(1 - 2**-29) < exp(-y) 2**s <= 1`` (unclamped).
+
+    ``s = floor(e - 2**-30)`` clipped to ``[0, CLAMP]``, with ``e`` the float ``estimate / ln 2``.
+    The estimates are ``float(rate) * float(offset)`` (each rounding, the product and the
+    division: a relative error below ``5 * 2**-53``), so ``|e - y / ln 2| < 2**-42`` whenever
+    ``e < 2**8`` (every unclamped exponent): hence ``s ln 2 < y`` (the coin is at most 1) and
+    ``y / ln 2 - s < 1 + 2**-29`` (the coin is above ``2**-(1 + 2**-29)``). Estimates with
+    ``e >= CLAMP + 2**-30`` get ``CLAMP``, whose coin is ``exp(-y) 2**CLAMP`` with ``y`` above
+    ``CLAMP ln 2``: any value in ``(0, 1]``.
+
+    Raises:
+        ValueError: if an estimate is negative or NaN.
+    """
+    estimates = np.asarray(estimates, dtype=np.float64)
+    if estimates.size and (np.isnan(estimates).any() or float(estimates.min()) < 0):
+        raise ValueError("envelope estimates must be >= 0")
+    ratio = np.minimum(estimates / _LN2, float(CLAMP + 1))
+    return np.clip(np.floor(ratio - _TIGHT_MARGIN), 0, CLAMP).astype(np.int64)
+
+
+def _exp_neg_series(z: int, precision: int) -> tuple[int, int]:
+    """Integers ``lo <= exp(-z 2**-precision) 2**precision <= hi`` for ``0 <= z <= 2**(p-1)``.
+
+    The alternating Taylor series, whose terms decrease (``x <= 1/2``): the limit lies between
+    two consecutive partial sums. Each term is carried as a floor and a ceiling, each partial
+    sum as a lower bound (floors added, ceilings subtracted) and an upper bound; the loop ends
+    once a term's ceiling is at most one unit.
+    """
+    one = 1 << precision
+    term_lo = term_hi = sum_lo = sum_hi = one
+    i = 0
+    while True:
+        i += 1
+        term_lo = ((term_lo * z) >> precision) // i  # floor(floor(a / 2**p) / i) = floor
+        term_hi = -((-(term_hi * z) >> precision) // i)  # likewise ceilings
+        before_lo, before_hi = sum_lo, sum_hi
+        if i & 1:
+            sum_lo, sum_hi = sum_lo - term_hi, sum_hi - term_lo
+        else:
+            sum_lo, sum_hi = sum_lo + term_lo, sum_hi + term_hi
+        if term_hi <= 1:
+            return min(sum_lo, before_lo), max(sum_hi, before_hi)
+
+
+def exp_times_power_of_two_bounds(y: Fraction, sigma: int, bits: int) -> tuple[int, int]:
+    """Integers ``lo <= exp(-y) 2**sigma 2**bits <= hi``, for rational ``y >= 0`` and
+    ``0 <= sigma`` with ``sigma ln 2 <= y`` (up to the bracket: ``ValueError`` when ``sigma ln 2``
+    is certainly above ``y``).
+
+    With ``z = y - sigma ln 2``: ``z`` is bracketed in fixed point at ``w`` bits (``y`` floored
+    and ceiled, ``ln 2`` by :func:`ln2_bounds`), halved ``h`` times until it is at most 1/2,
+    ``exp(-z 2**-h)`` bracketed by :func:`_exp_neg_series` at the upper end of ``z``'s
+    bracket (``exp(-x)`` is 1-Lipschitz for ``x >= 0``, so the lower end costs the bracket's
+    width), then squared ``h`` times, rounding down the lower bound and up the upper one.
+    Integer arithmetic only, with ``w = bits + 24 + 2 h`` bits: for the coins of
+    :func:`tight_envelope_exponents` (``z < 2.1``, ``h <= 3``), ``hi - lo`` is a unit or two.
+    """
+    if sigma < 0 or y.numerator < 0:
+        raise ValueError("'sigma' and 'y' must be >= 0")
+    return scaled_exp_bounds(y.numerator, y.denominator, sigma, bits)
+
+
+def scaled_exp_bounds(numerator: int, denominator: int, sigma: int, bits: int) -> tuple[int, int]:
+    """:func:`exp_times_power_of_two_bounds` for ``y = numerator / denominator`` (not checked:
+    ``numerator, sigma >= 0``, ``denominator > 0``), without building the fraction."""
+    halvings = 0
+    while True:
+        work = bits + 24 + 2 * halvings
+        y_low = (numerator << work) // denominator
+        ln2_low, ln2_high = ln2_bounds(work)
+        z_high = y_low + 1 - sigma * ln2_low
+        if z_high < 0:
+            raise ValueError("'sigma' must satisfy sigma * ln 2 <= y")
+        needed = max(0, (z_high >> work).bit_length() + 1)  # z 2**-h <= 1/2
+        if needed <= halvings:
+            break
+        halvings = needed
+    z_low = max(0, y_low - sigma * ln2_high)
+    precision = work + halvings  # z 2**-(work + h) = x 2**-h <= 1/2
+    series_lo, high = _exp_neg_series(z_low, precision)
+    low = max(0, series_lo - (z_high - z_low))
+    for _ in range(halvings):
+        low = (low * low) >> precision
+        high = -(-(high * high) >> precision)
+    shift = precision - bits
+    return low >> shift, -(-high >> shift)

@@ -27,9 +27,9 @@ released count; the replay holds the released count equal in both neighbours (th
 own noise is still drawn and logged), i.e. it compares the logs conditional on the released
 value. The residual events of ``docs/timing.md`` (a draw needing more rounds than padded: at
 most ``e**-32`` per selection, and the CDF's ``(1 - p)**rounds``) never occurred in these
-replays; they would show as a failure. The joint split's pair node (``select_pair``) is not
-a call site the audit enumerates (its own test audits it) and is documented there as not
-padded.
+replays; they would show as a failure. The joint split's pair node (``select_pair``: a call
+site the audit does not enumerate, as its own test audits it) is replayed too: its draws run
+:data:`~beam_dp.summaries.quantiles.joint.PAIR_ROUNDS` rounds of fixed-size requests.
 
 :data:`REPLAYS` registers, for each call site, the cases that reach it; a call site the audit
 finds without a registered replay fails :func:`test_every_sampler_call_site_has_its_replay`.
@@ -68,6 +68,7 @@ from beam_dp.beam.quantiles import PrivateQuantiles
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.mechanisms.randomness import InsecureSeededRandom
+from beam_dp.summaries.quantiles import joint
 from beam_dp.summaries.quantiles.joint import select_pair
 
 #: The sampler entry points of the call-site audit, and the joint split's pair sampler (its
@@ -82,14 +83,10 @@ CALL_SITES = frozenset(
 )
 
 #: Call sites whose work ``docs/timing.md`` documents as data dependent and not yet padded:
-#: their replay checks that the difference is still there (and fails once it is fixed, so
-#: that the entry moves to the equal-work replays).
-KNOWN_UNEQUAL = {
-    ("beam_dp.summaries.quantiles.recursive", "select_pair"): (
-        "docs/timing.md, the other samplers: joint.select_pair draws rounds over six pieces "
-        "built from the scores, with an acceptance that depends on the data; not padded"
-    ),
-}
+#: their replay would check that the difference is still there (and fail once it is fixed,
+#: so that the entry moves to the equal-work replays). None left: the joint pair node moved
+#: when its sampler was padded (``docs/timing.md``, the joint pair).
+KNOWN_UNEQUAL: dict[tuple[str, str], str] = {}
 
 # ------------------------------------------------------------------------ the replay source
 
@@ -472,20 +469,44 @@ def test_the_replay_fails_on_selection_coins_flipped_by_bits(
         assert_equal_work(first, second, seeds=(0,))
 
 
+JOINT_PAIR_SITE = ("beam_dp.summaries.quantiles.recursive", "select_pair")
+
+
+def _joint_pair_calls(relation: str, capture: list[Captured]) -> tuple[Captured, Captured]:
+    """The pair node's call on each neighbour of the audit's uniform background."""
+    first, second = run_pair(JOINT_PAIR, relation, cs.UNIFORM, capture)
+    first, second = ([c for c in calls if c.where == JOINT_PAIR_SITE] for calls in (first, second))
+    assert len(first) == len(second) == 1
+    return first[0], second[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("relation", ["add_remove", "replace"])
-def test_the_joint_pair_still_does_data_dependent_work(
-    capture: list[Captured], relation: str
+def test_the_joint_pair_does_the_same_work(capture: list[Captured], relation: str) -> None:
+    # The pair node's draws run PAIR_ROUNDS rounds of the same requests: replayed from the
+    # same seeds, its logs are equal on the neighbours (they differed in 6 of 6 seeds before).
+    first, second = _joint_pair_calls(relation, capture)
+    assert not np.array_equal(first.args[0], second.args[0]), "the neighbours' scores agree"
+    for seed in range(4):
+        mine, theirs = replay(first, seed), replay(second, seed)
+        assert mine.public == theirs.public
+        assert mine.log == theirs.log and mine.counters == theirs.counters, seed
+
+
+@pytest.mark.slow
+def test_the_replay_fails_on_the_joint_pair_without_padding(
+    capture: list[Captured], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # KNOWN_UNEQUAL: what docs/timing.md leaves. Replayed from the same seeds, the pair node's
-    # rounds and their requests differ between the neighbours (in 6 of 6 seeds tried); once
-    # the pair sampler is padded this fails, and the call site joins the equal-work replays.
-    where = ("beam_dp.summaries.quantiles.recursive", "select_pair")
-    first, second = run_pair(JOINT_PAIR, relation, cs.UNIFORM, capture)
-    first, second = ([c for c in calls if c.where == where] for calls in (first, second))
-    assert len(first) == len(second) == 1
-    logs = [(replay(first[0], seed).log, replay(second[0], seed).log) for seed in range(4)]
-    assert any(a != b for a, b in logs), KNOWN_UNEQUAL[where]
+    # The replay can fail at the pair node: drawn one round at a time until one accepts (the
+    # sampler before its padding, whose rounds followed the scores), the neighbours' logs
+    # differ in some seed.
+    first, second = _joint_pair_calls("add_remove", capture)
+    unpadded = joint._draw_pair
+    monkeypatch.setattr(
+        joint, "_draw_pair", lambda envelope, source, rounds=None: unpadded(envelope, source, 1)
+    )
+    logs = [(replay(first, seed).log, replay(second, seed).log) for seed in range(6)]
+    assert any(a != b for a, b in logs)
 
 
 # Hypothesis neighbours: background units (1-3 rows each) and an adversary (unit 42) who is

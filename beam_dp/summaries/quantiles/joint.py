@@ -21,12 +21,21 @@ terms of one grid point each (``|a| + b``, ``a + |b|``) or the larger of two suc
 which splits again into pieces weighted by one grid point with a count of partners. Each
 piece is sampled by rejection from a power-of-two envelope of ``exp(-2 rate R)``
 (:mod:`beam_dp.mechanisms.dyadic`), whose masses are exact integers; a round accepts with
-probability at least 1/130 whatever the data (in practice one round in one to five).
+probability at least ``(1 - 2**-26) / 16`` whatever the data (in practice one round in one to
+five).
+
+Work (``docs/timing.md``): every draw runs :data:`PAIR_ROUNDS` rounds from one request of
+``9 * PAIR_ROUNDS`` 64-bit words, whatever the scores; each round reads its uniforms' leading
+bits from its words and flips one coin whose integer brackets need no random bits. Further
+requests happen only in the residual events (a uniform or a coin undecided by its leading
+bits, about ``2**-62`` per round; every round rejected, below ``e**-32`` per draw).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -35,13 +44,24 @@ import numpy.typing as npt
 
 from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource
-from beam_dp.mechanisms.dyadic import CLAMP, bernoulli_envelope, envelope_exponents
+from beam_dp.mechanisms.dyadic import CLAMP, scaled_exp_bounds, tight_envelope_exponents
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.quantiles.parameters import selection_loss
 
-__all__ = ["pair_loss", "pair_scores", "pair_sensitivity", "select_pair"]
+__all__ = ["PAIR_ROUNDS", "pair_loss", "pair_scores", "pair_sensitivity", "select_pair"]
 
 IntArray = npt.NDArray[np.int64]
+
+#: Rounds every pair draw runs (:func:`_draw_pair`): a round accepts with probability at
+#: least ``(1 - 2**-26) / 16`` whatever the data, so all of them fail with probability at most
+#: ``exp(-520 (1 - 2**-26) / 16) < e**-32`` per draw; only then are further rounds drawn.
+PAIR_ROUNDS = 520
+
+#: 64-bit words a round reads, always: two for the piece, two for each family's member, two
+#: for a partner and one for the acceptance coin (each a uniform's leading bits).
+_ROUND_WORDS = 9
+
+_WORD_BITS = 64
 
 
 def pair_sensitivity(
@@ -118,6 +138,21 @@ class _Family:
     starts: IntArray
     level_counts: tuple[int, ...]
     total: int
+    level_ends: tuple[int, ...]
+    counts_before: tuple[int, ...]
+
+    def locate(self, unit: int) -> int:
+        """The pair of member holding envelope unit ``unit`` (``0 <= unit < total``), in the
+        order of :attr:`cumulative`: the envelope is laid out level by level, each member's
+        pairs as ``counts[r]`` runs of ``2**(CLAMP - level)`` units, so a uniform unit is a
+        pair drawn exactly in proportion to the envelope (:meth:`member` names its member)."""
+        level = bisect.bisect_right(self.level_ends, unit)
+        before = self.level_ends[level - 1] if level else 0
+        return self.counts_before[level] + ((unit - before) >> (CLAMP - level))
+
+    def member(self, pair: int) -> int:
+        """The member whose pairs hold ``pair`` (a value of :meth:`locate`)."""
+        return int(self.members[int(self.cumulative.searchsorted(pair, side="right"))])
 
 
 def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Fraction) -> _Family:
@@ -125,13 +160,16 @@ def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Frac
     positions, scores, counts = positions[keep], scores[keep], counts[keep]
     floor = int(scores.min())
     offsets = scores - floor
-    exponents = envelope_exponents(float(rate2) * offsets.astype(np.float64))
+    exponents = tight_envelope_exponents(float(rate2) * offsets.astype(np.float64))
     members = np.argsort(exponents.astype(np.uint8), kind="stable")  # radix sort: 0..CLAMP
     cumulative = np.cumsum(counts[members])
     starts = np.searchsorted(exponents[members], np.arange(CLAMP + 2), side="left")
     ends = np.concatenate([[0], cumulative])[starts]
     level_counts = tuple(int(x) for x in np.diff(ends))
-    total = sum(c << (CLAMP - s) for s, c in enumerate(level_counts))
+    masses = [c << (CLAMP - s) for s, c in enumerate(level_counts)]
+    level_ends = tuple(int(x) for x in np.cumsum(np.array(masses, dtype=object)))
+    counts_before = tuple(int(x) for x in np.concatenate([[0], np.cumsum(level_counts)[:-1]]))
+    total = level_ends[-1]
     return _Family(
         positions,
         offsets,
@@ -143,27 +181,9 @@ def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Frac
         starts,
         level_counts,
         total,
+        level_ends,
+        counts_before,
     )
-
-
-def _draw(family: _Family, source: RandomSource) -> int:
-    """A member with probability proportional to ``counts * 2**-exponent`` (exactly)."""
-    r = source.randbelow(family.total)
-    for level, count in enumerate(family.level_counts):
-        mass = count << (CLAMP - level)
-        if r < mass:
-            before = int(family.cumulative[family.starts[level] - 1]) if family.starts[level] else 0
-            target = before + source.randbelow(count)
-            k = int(np.searchsorted(family.cumulative, target, side="right"))
-            return int(family.members[k])
-        r -= mass
-    raise AssertionError("unreachable: r < total")  # pragma: no cover
-
-
-def _accept(family: _Family, member: int, rate2: Fraction, source: RandomSource) -> bool:
-    """``Bernoulli(exp(-rate2 * offset) * 2**exponent)`` for the member (exact)."""
-    y = rate2 * int(family.offsets[member])
-    return bernoulli_envelope(y, int(family.exponents[member]), source)
 
 
 @dataclass(frozen=True)
@@ -246,8 +266,9 @@ def select_pair(
 
     ``U = |a_i| + |b_j| + |b_j - a_i| = 2 R`` with ``a = first``, ``b = second`` (both
     non-decreasing, ``a >= b``) and ``R = max(0, a_i, b_j) - min(0, a_i, b_j)``. See the module
-    for the envelope and :func:`_pair_rounds` for the proof that a round accepts with
-    probability at least 1/130.
+    for the envelope, :func:`_pair_rounds` for the proof that a round accepts with
+    probability at least ``(1 - 2**-26) / 16`` and :func:`_draw_pair` for the work, which is
+    a function of ``len(first)`` alone (:data:`PAIR_ROUNDS` rounds of the same requests).
     """
     i, j, _ = _pair_rounds(first, second, rate, source)
     return i, j
@@ -255,15 +276,23 @@ def select_pair(
 
 @dataclass(frozen=True)
 class _PairEnvelope:
-    """What :func:`_pair_rounds` builds from the scores once: the six pieces, their constants,
-    the constants' envelope exponents, the pieces' integer envelope masses and their sum."""
+    """What :func:`_pair_rounds` builds from the scores once: the six pieces, their constants
+    (``floor - least`` of the scores: the utility a piece's least pair adds to the smallest),
+    the constants' envelope exponents, the pieces' integer envelope masses (and their running
+    sums) and their sum, the rate doubled and the number of grid points."""
 
     pieces: list[_Piece]
-    constants: list[Fraction]
-    constant_exponents: npt.NDArray[np.int64]
+    constants: list[int]
+    constant_exponents: list[int]
     weights: list[int]
+    ends: list[int]
     total: int
     rate2: Fraction
+    size: int
+
+    def locate(self, unit: int) -> int:
+        """The piece holding envelope unit ``unit`` (``0 <= unit < total``)."""
+        return bisect.bisect_right(self.ends, unit)
 
 
 def _pair_envelope(first: IntArray, second: IntArray, rate: Fraction) -> _PairEnvelope:
@@ -276,75 +305,164 @@ def _pair_envelope(first: IntArray, second: IntArray, rate: Fraction) -> _PairEn
         raise ValueError("'first' and 'second' must be non-decreasing along the grid")
     if np.any(a < b):  # the lower quantile's error is never below the higher one's
         raise ValueError("'first' must be >= 'second' at every grid point")
+    if rate < 0:
+        raise ValueError(f"'rate' must be >= 0; received {rate}")
     rate2 = 2 * rate
     pieces = _pieces(a, b, rate2)
     floors = [sum(f.floor for f in piece.families) for piece in pieces]
     least = min(floors)
-    constants = [rate2 * (floor - least) for floor in floors]
-    constant_exponents = envelope_exponents(np.array([float(c) for c in constants]))
+    constants = [floor - least for floor in floors]
+    estimates = np.array([float(rate2) * float(c) for c in constants])
+    constant_exponents = [int(x) for x in tight_envelope_exponents(estimates)]
     weights = [
-        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - int(s))
+        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - s)
         for piece, s in zip(pieces, constant_exponents, strict=True)
     ]
-    return _PairEnvelope(pieces, constants, constant_exponents, weights, sum(weights), rate2)
+    ends = [int(x) for x in np.cumsum(np.array(weights, dtype=object))]
+    return _PairEnvelope(
+        pieces, constants, constant_exponents, weights, ends, ends[-1], rate2, int(a.size)
+    )
 
 
 def _pair_rounds(
     first: IntArray, second: IntArray, rate: Fraction, source: RandomSource
 ) -> tuple[int, int, int]:
-    """:func:`select_pair`, also returning the number of rounds it took.
+    """:func:`select_pair`, also returning the round that accepted (1 for the first).
 
     Rejection from a dyadic envelope over six pieces. Each piece's utility is a constant
     ``R_p`` (its least value) plus offsets of one grid point each, so its envelope
     ``2**-s_p * prod 2**-s(member)`` is an exact dyadic rational whose sum over the piece
     factorises. A round picks a piece in proportion to its envelope mass, members in
     proportion to their envelope weights (and a grouped piece's partner uniformly), and
-    accepts when the pair is sorted and every coin ``exp(-y) 2**s`` succeeds: an accepted pair
-    has probability proportional to ``exp(-2 rate (R - R_0))``, the target.
+    accepts when the pair is sorted and one coin ``exp(-y) 2**s`` succeeds, with ``y`` the
+    rate times the utility above the least and ``s`` the sum of the exponents (the product of
+    the piece's and the members' coins): an accepted pair has probability proportional to
+    ``exp(-2 rate (R - R_0))``, the target.
 
-    Why a round accepts with probability at least 1/130, whatever the data:
+    Why a round accepts with probability at least ``(1 - 2**-26) / 16``, whatever the data:
 
-    * every coin is at least 1/4 unless its exponent is clamped; at most three coins apply
-      (the piece's constant and one per family), so an unclamped sorted pair keeps >= 1/64
-      of its envelope weight;
+    * each factor of the coin is above ``(1/2)(1 - 2**-29)`` unless its exponent is clamped
+      (:func:`~beam_dp.mechanisms.dyadic.tight_envelope_exponents`); there are at most three
+      (the piece's constant and one per family), so an unclamped sorted pair keeps more than
+      ``(1 - 2**-27) / 8`` of its envelope weight;
     * unsorted pairs occur only in the two product pieces. In A (``a <= 0 <= b``) every pair is
       sorted unless all scores are 0, where the square is symmetric. In D (``a > 0 > b``) for
       ``i > j`` the sorted pair ``(j, i)`` has at least the envelope weight of ``(i, j)``,
       because envelope exponents are non-decreasing in ``a`` and ``|b|``, and ``a`` rises and
       ``|b|`` falls along the grid. So sorted pairs hold at least half of each piece's mass;
     * clamped exponents (weights below ``2**-CLAMP`` of the best) carry at most
-      ``6 d**2 2**-CLAMP`` of the mass while the best piece and member weigh 1.
+      ``6 d**2 2**-CLAMP`` of the mass while the best piece and member weigh 1 (below
+      ``2**-60`` of the mass for any ``d <= 2**70``).
     """
     return _draw_pair(_pair_envelope(first, second, rate), source)
 
 
-def _draw_pair(envelope: _PairEnvelope, source: RandomSource) -> tuple[int, int, int]:
-    """One draw of :func:`_pair_rounds` from its envelope: ``(i, j, rounds)``."""
-    rounds = 0
+def _uniform_unit(
+    words: tuple[int, int], total: int, locate: Callable[[int], int], source: RandomSource
+) -> int:
+    """``locate(floor(U total))`` for a uniform ``U`` in [0, 1) whose first 128 bits are
+    ``words``: exactly ``locate`` of a uniform integer below ``total``.
+
+    ``U`` lies in ``[u 2**-b, (u + 1) 2**-b)``, so ``floor(U total)`` lies between ``first``
+    and ``last`` below; ``locate`` maps consecutive integers to runs of one outcome, so the
+    outcome is decided when both ends give it. Otherwise (probability at most the number of
+    outcomes times ``2**-128``) 64 more bits of ``U`` are drawn: the residual event of
+    ``docs/timing.md``, whose extra requests are the only ones that depend on ``total``.
+    """
+    u, bits = (words[0] << _WORD_BITS) | words[1], 2 * _WORD_BITS
     while True:
-        rounds += 1
-        r = source.randbelow(envelope.total)
-        index = 0
-        while r >= envelope.weights[index]:
-            r -= envelope.weights[index]
-            index += 1
-        piece = envelope.pieces[index]
-        drawn = [_draw(f, source) for f in piece.families]
-        if piece.grouped == "product":
-            i = int(piece.families[0].positions[drawn[0]])
-            j = int(piece.families[1].positions[drawn[1]])
-        else:
-            assert piece.low is not None and piece.high is not None
-            member = drawn[0]
-            low, high = int(piece.low[member]), int(piece.high[member])
-            partner = low + source.randbelow(high - low + 1)
-            own = int(piece.families[0].positions[member])
-            i, j = (own, partner) if piece.grouped == "first" else (partner, own)
-        if i > j:
-            continue
-        constant, exponent = envelope.constants[index], int(envelope.constant_exponents[index])
-        if not bernoulli_envelope(constant, exponent, source):
-            continue
-        families = zip(piece.families, drawn, strict=True)
-        if all(_accept(f, m, envelope.rate2, source) for f, m in families):
-            return i, j, rounds
+        first = (u * total) >> bits
+        last = ((u + 1) * total - 1) >> bits
+        outcome = locate(first)
+        if last == first or locate(last) == outcome:
+            return outcome
+        u, bits = (u << _WORD_BITS) | int(source.words64(1)[0]), bits + _WORD_BITS
+
+
+def _same(unit: int) -> int:
+    return unit
+
+
+def _coin(word: int, numerator: int, denominator: int, exponent: int, source: RandomSource) -> bool:
+    """``Bernoulli(exp(-y) 2**exponent)``, ``y = numerator / denominator``, from a uniform
+    ``U`` whose first 64 bits are ``word``.
+
+    ``[U < p]``, decided by integer brackets of ``p``
+    (:func:`~beam_dp.mechanisms.dyadic.scaled_exp_bounds`): a unit or two wide at 64
+    bits, so ``U``'s first word decides unless it falls within them (probability about
+    ``2**-62``); then 64 more bits of ``U`` and a bracket 64 bits finer (the residual event).
+    """
+    u, bits = word, _WORD_BITS
+    while True:
+        low, high = scaled_exp_bounds(numerator, denominator, exponent, bits)
+        if u + 1 <= low:
+            return True
+        if u >= high:
+            return False
+        u, bits = (u << _WORD_BITS) | int(source.words64(1)[0]), bits + _WORD_BITS
+
+
+def _round(
+    envelope: _PairEnvelope, words: list[int], source: RandomSource
+) -> tuple[int, int, bool]:
+    """One round from its :data:`_ROUND_WORDS` words: the proposed pair and its coin.
+
+    Every round reads the same words and flips its coin, sorted pair or not; a grouped piece
+    leaves the second member's words unused and a product piece the partner's."""
+    index = _uniform_unit((words[0], words[1]), envelope.total, envelope.locate, source)
+    piece = envelope.pieces[index]
+    families = piece.families
+    family = families[0]
+    member = family.member(_uniform_unit((words[2], words[3]), family.total, family.locate, source))
+    utility = envelope.constants[index] + int(families[0].offsets[member])
+    exponent = envelope.constant_exponents[index] + int(families[0].exponents[member])
+    own = int(families[0].positions[member])
+    if piece.grouped == "product":
+        family = families[1]
+        other = family.member(
+            _uniform_unit((words[4], words[5]), family.total, family.locate, source)
+        )
+        utility += int(families[1].offsets[other])
+        exponent += int(families[1].exponents[other])
+        i, j = own, int(families[1].positions[other])
+    else:
+        assert piece.low is not None and piece.high is not None
+        low, high = int(piece.low[member]), int(piece.high[member])
+        partner = low + _uniform_unit((words[6], words[7]), high - low + 1, _same, source)
+        i, j = (own, partner) if piece.grouped == "first" else (partner, own)
+    rate2 = envelope.rate2
+    accepted = _coin(words[8], rate2.numerator * utility, rate2.denominator, exponent, source)
+    return i, j, accepted and i <= j
+
+
+def _draw_pair(
+    envelope: _PairEnvelope, source: RandomSource, rounds: int | None = None
+) -> tuple[int, int, int]:
+    """One draw of :func:`_pair_rounds` from its envelope: ``(i, j, accepted round)``.
+
+    Work: ``rounds`` rounds (by default :data:`PAIR_ROUNDS`), always, from one request of
+    ``rounds * 9`` 64-bit words; the rounds after the accepted one run in full and are
+    discarded. Each round reads its words as the leading bits of its uniforms and its coin's
+    uniform, so the requests are a function of ``rounds`` alone, except in the residual
+    events: a uniform or the coin undecided by its leading bits (64 more bits: probability
+    about ``2**-62`` per round), or every round rejected (probability below ``e**-32`` at
+    :data:`PAIR_ROUNDS`; then ``rounds`` more). The rounds' arithmetic reads the data
+    (integer sizes, one search per member drawn): microseconds, not requests. ``rounds``
+    below :data:`PAIR_ROUNDS` (tests) keeps the law and draws further blocks more often.
+    """
+    if rounds is None:
+        rounds = PAIR_ROUNDS
+    if rounds < 1:
+        raise ValueError(f"'rounds' must be >= 1; received {rounds}")
+    done = 0
+    while True:
+        words = source.words64(rounds * _ROUND_WORDS).tolist()
+        accepted: tuple[int, int, int] | None = None
+        for r in range(rounds):
+            at = r * _ROUND_WORDS
+            i, j, ok = _round(envelope, words[at : at + _ROUND_WORDS], source)
+            if ok and accepted is None:
+                accepted = (i, j, done + r + 1)
+        if accepted is not None:
+            return accepted
+        done += rounds

@@ -1,0 +1,212 @@
+"""The joint pair sampler's public work (docs/timing.md, the joint pair): the same requests for
+random bits on any scores of one length, a round acceptance above the bound that sizes its
+padding, exact brackets for its coins, and its exact law from a fixed seed."""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from decimal import Decimal, getcontext
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from stats_helpers import chi_square_pvalue
+
+from beam_dp.mechanisms.dyadic import (
+    CLAMP,
+    exp_times_power_of_two_bounds,
+    tight_envelope_exponents,
+)
+from beam_dp.mechanisms.randomness import InsecureSeededRandom
+from beam_dp.summaries.quantiles.joint import (
+    PAIR_ROUNDS,
+    _draw_pair,
+    _pair_envelope,
+    pair_scores,
+    select_pair,
+)
+
+ALPHAS = (Fraction(1, 4), Fraction(3, 4))
+
+
+class Logged(InsecureSeededRandom):
+    """A seeded source that logs every request (method and size or bound)."""
+
+    def __init__(self, seed: int) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            super().__init__(seed)
+        self.log: list[tuple[Any, ...]] = []
+
+    def random_bytes(self, n: int) -> bytes:
+        self.log.append(("bytes", n))
+        return super().random_bytes(n)
+
+    def words64(self, n: int) -> npt.NDArray[np.uint64]:
+        self.log.append(("words64", n))
+        return super().words64(n)
+
+    def below(self, bound: int, n: int) -> npt.NDArray[np.int64]:
+        self.log.append(("below", int(bound), int(n)))
+        return super().below(bound, n)
+
+    def randbelow(self, bound: int) -> int:
+        self.log.append(("randbelow", int(bound)))
+        return super().randbelow(bound)
+
+
+def seeded(seed: int) -> InsecureSeededRandom:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return InsecureSeededRandom(seed)
+
+
+def scores_of(counts: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], ...]:
+    """The pair's scores on a histogram (rank-range scores, as a pair node without children)."""
+    less = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    greater = int(counts.sum()) - less - counts
+    first, second, _ = pair_scores(less, counts.astype(np.int64), greater, ALPHAS)
+    return first, second
+
+
+D = 48
+#: Histograms of one size that lead the old sampler to different rounds and requests: spread
+#: values, one tie block, two blocks, an empty branch, and a neighbour of the first.
+HISTOGRAMS = {
+    "uniform": np.random.default_rng(1).integers(0, 30, D),
+    "uniform plus one": np.random.default_rng(1).integers(0, 30, D) + (np.arange(D) == 7),
+    "one tie block": 500 * (np.arange(D) == 20),
+    "two blocks": 300 * ((np.arange(D) == 3) | (np.arange(D) == 40)),
+    "empty": np.zeros(D, dtype=np.int64),
+    "heavy ends": np.where((np.arange(D) < 4) | (np.arange(D) > 43), 1000, 1),
+}
+
+
+@pytest.mark.parametrize("rate", [Fraction(1, 40), Fraction(1, 3), Fraction(7, 2)])
+def test_select_pair_makes_the_same_requests_on_any_scores_of_one_size(rate: Fraction) -> None:
+    # The old sampler (rounds until one accepts; randbelow of envelope totals, family totals,
+    # counts and partner ranges; coins refined by their values) logged different requests here.
+    for seed in range(3):
+        logs = {}
+        for name, counts in HISTOGRAMS.items():
+            first, second = scores_of(np.asarray(counts, dtype=np.int64))
+            source = Logged(seed)
+            select_pair(first, second, rate, source)
+            logs[name] = source.log
+        reference = logs["uniform"]
+        assert reference[0] == ("words64", PAIR_ROUNDS * 9)
+        assert all(log == reference for log in logs.values()), seed
+
+
+def _round_acceptance(
+    first: npt.NDArray[np.int64], second: npt.NDArray[np.int64], rate: Fraction
+) -> float:
+    """A round's exact acceptance probability (in floats): the target's mass over the sorted
+    pairs (each accepted pair keeps ``exp(-2 rate (R - R_0))`` of its envelope weight, which
+    sums to that) over the envelope's mass."""
+    envelope = _pair_envelope(first, second, rate)
+    least = min(sum(f.floor for f in piece.families) for piece in envelope.pieces)
+    rate2 = float(2 * rate)
+    target = 0.0
+    for i in range(first.size):
+        for j in range(i, first.size):
+            a, b = int(first[i]), int(second[j])
+            spread = max(0, a, b) - min(0, a, b)
+            target += math.exp(-rate2 * (spread - least))
+    return target / float(Fraction(envelope.total, 1 << (3 * CLAMP)))
+
+
+def test_a_round_accepts_above_the_bound_that_sizes_the_padding() -> None:
+    # The bound of _pair_rounds' docstring, measured on every histogram above and on random
+    # ones at several rates (the smallest acceptance seen is reported by the assertion).
+    bound = (1 - 2.0**-26) / 16
+    rng = np.random.default_rng(3)
+    cases = [np.asarray(c, dtype=np.int64) for c in HISTOGRAMS.values()]
+    cases += [
+        rng.integers(0, int(rng.integers(1, 200)), int(rng.integers(2, 30))) for _ in range(40)
+    ]
+    lowest = 1.0
+    for counts in cases:
+        first, second = scores_of(counts)
+        for rate in (Fraction(1, 1000), Fraction(1, 7), Fraction(2), Fraction(50)):
+            lowest = min(lowest, _round_acceptance(first, second, rate))
+    assert lowest >= bound, lowest
+    # ... and the padding it sizes: every round of a draw rejected with probability < e**-32.
+    assert PAIR_ROUNDS * math.log1p(-bound) < -32
+
+
+@pytest.mark.parametrize("bits", [64, 128])
+def test_the_coin_brackets_hold_exp_minus_y_times_two_to_the_exponent(bits: int) -> None:
+    getcontext().prec = 160
+    rng = random.Random(11)
+    for k in range(1500):
+        y = Fraction(rng.randint(0, 10 ** (k % 8 + 1)), rng.randint(1, 5000))
+        sigma = int(tight_envelope_exponents(np.array([float(y)]))[0])
+        if k % 3 == 0:  # any exponent below y / ln 2 is allowed
+            sigma = rng.randint(0, sigma)
+        low, high = exp_times_power_of_two_bounds(y, sigma, bits)
+        exact = (-(Decimal(y.numerator) / Decimal(y.denominator))).exp() * Decimal(2) ** (
+            sigma + bits
+        )
+        assert low <= exact <= high, (y, sigma)
+        assert high - low <= 2
+    with pytest.raises(ValueError, match="sigma"):
+        exp_times_power_of_two_bounds(Fraction(1), 2, 64)  # 2 ln 2 > 1
+
+
+def test_tight_exponents_keep_every_unclamped_coin_above_one_half() -> None:
+    getcontext().prec = 80
+    ln2 = Decimal(2).ln()
+    rng = random.Random(5)
+    rate = Fraction(3, 17)
+    offsets = np.array([0, 1, 2, 3, *(rng.randint(0, 900) for _ in range(2000))], dtype=np.int64)
+    exponents = tight_envelope_exponents(float(rate) * offsets.astype(np.float64))
+    for offset, sigma in zip(offsets.tolist(), exponents.tolist(), strict=True):
+        y = Decimal((rate * offset).numerator) / Decimal((rate * offset).denominator)
+        assert sigma * ln2 <= y  # the coin is a probability
+        if sigma < CLAMP:
+            assert (-y).exp() * 2**sigma > Decimal("0.5") * (1 - Decimal(2) ** -29)
+
+
+def _exact_law(
+    first: npt.NDArray[np.int64], second: npt.NDArray[np.int64], rate: Fraction
+) -> dict[tuple[int, int], float]:
+    utility = {
+        (i, j): abs(int(first[i])) + abs(int(second[j])) + abs(int(second[j]) - int(first[i]))
+        for i in range(first.size)
+        for j in range(i, first.size)
+    }
+    least = min(utility.values())
+    weights = {p: math.exp(-float(rate) * (u - least)) for p, u in utility.items()}
+    total = sum(weights.values())
+    return {p: w / total for p, w in weights.items()}
+
+
+@pytest.mark.parametrize("rounds", [1, 3, PAIR_ROUNDS])
+def test_the_padded_sampler_follows_the_exact_law(rounds: int) -> None:
+    # Fixed seeds: a chi-square test of 3 000 draws per case against the exact probabilities,
+    # on small grids (spread values, a tie block, an empty branch), at 1, 3 and the production
+    # number of padded rounds (1: every rejected round starts a further block).
+    draws = 3_000 if rounds < PAIR_ROUNDS else 600
+    cases = [
+        (np.array([3, 0, 5, 1, 2, 4]), Fraction(1, 3)),
+        (np.array([0, 9, 0, 0, 1]), Fraction(1, 2)),
+        (np.array([0, 0, 0, 0]), Fraction(1)),
+        (np.array([2, 2, 2, 2, 2, 2, 2]), Fraction(3, 5)),
+    ]
+    for seed, (counts, rate) in enumerate(cases):
+        first, second = scores_of(counts.astype(np.int64))
+        law = _exact_law(first, second, rate)
+        pairs = sorted(law)
+        position = {pair: k for k, pair in enumerate(pairs)}
+        envelope = _pair_envelope(first, second, rate)
+        source = seeded(100 + seed)
+        observed = np.zeros(len(pairs), dtype=np.int64)
+        for _ in range(draws):
+            observed[position[_draw_pair(envelope, source, rounds)[:2]]] += 1
+        expected = np.array([law[pair] for pair in pairs])
+        assert chi_square_pvalue(observed, expected) > 1e-3, (seed, rounds)
