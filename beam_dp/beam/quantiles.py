@@ -19,9 +19,9 @@ Privacy: only grid points (and the clamping bounds, as interval ends) are releas
 quantile's selection at its part of the release's epsilon
 (:func:`~beam_dp.summaries.quantiles.plan_quantiles`); coarse to fine spends
 ``refine_fraction`` of it on the coarse cells. Each release states ``rank_error``, the bound
-on ``|rank(output) - alpha N|`` beyond the best grid point's at ``confidence``
-(:func:`beam_dp.release.quantile_statement`). Units, keys and windows:
-``docs/privacy_rules.md``.
+on the distance from ``alpha N`` to the output's rank range ``[#(x < output), #(x <= output)]``
+beyond the best grid point's at ``confidence`` (:func:`beam_dp.release.quantile_statement`).
+Units, keys and windows: ``docs/privacy_rules.md``.
 
 Intervals (default on, ``interval=False`` turns them off): every release also carries, for each
 quantile, ``[lower, upper]`` in the column's units that holds the data's own alpha-quantile
