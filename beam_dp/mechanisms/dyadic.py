@@ -23,9 +23,10 @@ and the proposal is then accepted with probability ``exp(-y) * 2**s``, which is 
 * :func:`bernoulli_half_power` flips ``Bernoulli(2**-k)`` for any ``k >= 0`` from ``k`` fair
   bits, 64 at a time (it stops at the first nonzero word).
 * For samplers whose work must not depend on ``y`` (the joint pair, ``docs/timing.md``):
-  :func:`tight_envelope_exponents` picks ``s`` so that ``exp(-y) 2**s > (1/2)(1 - 2**-29)``,
-  and :func:`exp_times_power_of_two_bounds` brackets ``exp(-y) 2**s`` between two integers
-  over ``2**bits`` by integer arithmetic alone (no random bits): a coin is then a uniform of a
+  :func:`fine_envelope_levels` picks a *fine* envelope weight ``k 2**-s / 16``
+  (``9 <= k <= 16``) within a factor 9/8 of ``exp(-y)``, and
+  :func:`exp_times_power_of_two_bounds` brackets ``exp(-y) 2**s`` between two integers over
+  ``2**bits`` by integer arithmetic alone (no random bits): a coin is then a uniform of a
   fixed number of bits compared with the bracket, refined only when it falls inside it.
 
 No floating-point number enters a probability: the float estimate only chooses ``s``.
@@ -50,9 +51,10 @@ __all__ = [
     "bernoulli_half_power",
     "envelope_exponents",
     "exp_times_power_of_two_bounds",
+    "fine_envelope_levels",
+    "fine_level",
     "ln2_bounds",
     "scaled_exp_bounds",
-    "tight_envelope_exponents",
 ]
 
 _LN2 = math.log(2.0)
@@ -190,32 +192,6 @@ def bernoulli_envelope(y: Fraction, exponent: int, source: RandomSource) -> bool
     return bernoulli_exp_times_power_of_two(point, CLAMP, source)
 
 
-#: The margin :func:`tight_envelope_exponents` keeps below ``y / ln 2`` (far above the float
-#: estimate's error, far below the 1/2 it gives up on a coin).
-_TIGHT_MARGIN = 2.0**-30
-
-
-def tight_envelope_exponents(estimates: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """Envelope exponents ``s`` with ``(1/2)(1 - 2**-29) < exp(-y) 2**s <= 1`` (unclamped).
-
-    ``s = floor(e - 2**-30)`` clipped to ``[0, CLAMP]``, with ``e`` the float ``estimate / ln 2``.
-    The estimates are ``float(rate) * float(offset)`` (each rounding, the product and the
-    division: a relative error below ``5 * 2**-53``), so ``|e - y / ln 2| < 2**-42`` whenever
-    ``e < 2**8`` (every unclamped exponent): hence ``s ln 2 < y`` (the coin is at most 1) and
-    ``y / ln 2 - s < 1 + 2**-29`` (the coin is above ``2**-(1 + 2**-29)``). Estimates with
-    ``e >= CLAMP + 2**-30`` get ``CLAMP``, whose coin is ``exp(-y) 2**CLAMP`` with ``y`` above
-    ``CLAMP ln 2``: any value in ``(0, 1]``.
-
-    Raises:
-        ValueError: if an estimate is negative or NaN.
-    """
-    estimates = np.asarray(estimates, dtype=np.float64)
-    if estimates.size and (np.isnan(estimates).any() or float(estimates.min()) < 0):
-        raise ValueError("envelope estimates must be >= 0")
-    ratio = np.minimum(estimates / _LN2, float(CLAMP + 1))
-    return np.clip(np.floor(ratio - _TIGHT_MARGIN), 0, CLAMP).astype(np.int64)
-
-
 def _exp_neg_series(z: int, precision: int) -> tuple[int, int]:
     """Integers ``lo <= exp(-z 2**-precision) 2**precision <= hi`` for ``0 <= z <= 2**(p-1)``.
 
@@ -251,7 +227,7 @@ def exp_times_power_of_two_bounds(y: Fraction, sigma: int, bits: int) -> tuple[i
     bracket (``exp(-x)`` is 1-Lipschitz for ``x >= 0``, so the lower end costs the bracket's
     width), then squared ``h`` times, rounding down the lower bound and up the upper one.
     Integer arithmetic only, with ``w = bits + 24 + 2 h`` bits: for the coins of
-    :func:`tight_envelope_exponents` (``z < 2.1``, ``h <= 3``), ``hi - lo`` is a unit or two.
+    :func:`fine_envelope_levels` (``z < 2.1``, ``h <= 3``), ``hi - lo`` is a unit or two.
     """
     if sigma < 0 or y.numerator < 0:
         raise ValueError("'sigma' and 'y' must be >= 0")
@@ -282,3 +258,57 @@ def scaled_exp_bounds(numerator: int, denominator: int, sigma: int, bits: int) -
         high = -(-(high * high) >> precision)
     shift = precision - bits
     return low >> shift, -(-high >> shift)
+
+
+#: Mantissas per octave of the fine envelope: level ``L`` weighs ``k 2**-s / 16`` with
+#: ``s = L // 8`` and ``k = 16 - L % 8`` (16/16 down to 9/16 of ``2**-s``).
+FINE_STEPS = 8
+
+#: The fine envelope's levels: octaves ``0 .. CLAMP + 1``.
+FINE_LEVELS = FINE_STEPS * (CLAMP + 2)
+
+#: Where :func:`fine_envelope_levels` caps ``y / ln 2`` (every larger ``y`` shares its level).
+_FINE_CAP = CLAMP + 1.5
+
+_FINE_MARGIN = 2.0**-30
+
+
+def fine_level(level: int) -> tuple[int, int]:
+    """``(k, s)`` of a fine level: its weight is ``k 2**-s / 16``."""
+    return 16 - level % FINE_STEPS, level // FINE_STEPS
+
+
+#: ``-log2(k / 16) + 2**-30`` for the mantissas ``k = 16, 15, ..., 9`` of an octave.
+_FINE_THRESHOLDS = np.log2(16.0 / np.arange(16, 16 - FINE_STEPS, -1)) + _FINE_MARGIN
+
+
+def fine_envelope_levels(estimates: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Fine envelope levels for float estimates of ``y >= 0``: ``exp(-y) <= weight`` and,
+    below the cap, ``weight < (9/8)(1 + 2**-28) exp(-y)``.
+
+    With ``e`` the float ``estimate / ln 2`` (capped at ``CLAMP + 1.5``), the level is the
+    largest ``L`` with ``T_L <= e``, ``T_L = -log2(weight_L) + 2**-30`` (level 0, weight 1,
+    when there is none: a weight of 1 bounds every ``exp(-y)``), found within the octave
+    ``floor(e)`` by comparing ``e - floor(e)`` (exact in floats) with the eight
+    ``-log2(k / 16) + 2**-30`` (below the first: the octave before's last level). The estimates are
+    ``float(rate) * float(offset)`` (relative error below ``5 * 2**-53``, so ``|e - y / ln 2|
+    < 2**-42`` below the cap) and each ``T_L`` is within ``2**-44`` of its value: the margin
+    ``2**-30`` covers both, so ``weight_L >= 2**-(y / ln 2)``. The next level's weight is
+    below ``2**-(y / ln 2)`` times ``2**(2**-29)``, and consecutive weights differ by at most
+    a factor 9/8 (16/15, ..., 10/9, then 9/8 across an octave): hence the upper bound. Levels
+    are non-decreasing in the estimate (weights non-increasing), and every level's ``s`` has
+    ``s ln 2 <= y`` (its weight is at most ``2**-s``).
+
+    Raises:
+        ValueError: if an estimate is negative or NaN.
+    """
+    estimates = np.asarray(estimates, dtype=np.float64)
+    if estimates.size and (np.isnan(estimates).any() or float(estimates.min()) < 0):
+        raise ValueError("envelope estimates must be >= 0")
+    ratio = np.minimum(estimates / _LN2, _FINE_CAP)
+    octave = np.floor(ratio)
+    step = np.searchsorted(_FINE_THRESHOLDS, ratio - octave, side="right") - 1  # exact f
+    levels: npt.NDArray[np.int64] = np.maximum(
+        FINE_STEPS * octave.astype(np.int64) + step, 0
+    ).astype(np.int64)
+    return levels

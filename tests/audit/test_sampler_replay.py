@@ -494,19 +494,20 @@ def test_the_joint_pair_does_the_same_work(capture: list[Captured], relation: st
 
 
 @pytest.mark.slow
-def test_the_replay_fails_on_the_joint_pair_without_padding(
+def test_the_replay_fails_on_the_joint_pair_drawing_below_its_totals(
     capture: list[Captured], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The replay can fail at the pair node: drawn one round at a time until one accepts (the
-    # sampler before its padding, whose rounds followed the scores), the neighbours' logs
-    # differ in some seed.
+    # The replay can fail at the pair node: with each uniform drawn by randbelow of its
+    # data-dependent total (as the sampler before its padding drew the piece, the members and
+    # the partners: the same law), the neighbours' logs differ.
     first, second = _joint_pair_calls("add_remove", capture)
-    unpadded = joint._draw_pair
-    monkeypatch.setattr(
-        joint, "_draw_pair", lambda envelope, source, rounds=None: unpadded(envelope, source, 1)
-    )
-    logs = [(replay(first, seed).log, replay(second, seed).log) for seed in range(6)]
-    assert any(a != b for a, b in logs)
+
+    def below_total(words: Any, total: int, locate: Any, source: Any) -> int:
+        return int(locate(source.randbelow(total)))
+
+    monkeypatch.setattr(joint, "_uniform_unit", below_total)
+    logs = [(replay(first, seed).log, replay(second, seed).log) for seed in range(2)]
+    assert all(a != b for a, b in logs)
 
 
 # Hypothesis neighbours: background units (1-3 rows each) and an adversary (unit 42) who is

@@ -19,16 +19,15 @@ Sampling (:func:`select_pair`) is exact and never stalls. The sorted pairs split
 pieces by the signs of ``a = e_1(r_1)`` and ``b = e_2(r_2)``; on each, ``R`` is a sum of
 terms of one grid point each (``|a| + b``, ``a + |b|``) or the larger of two such terms,
 which splits again into pieces weighted by one grid point with a count of partners. Each
-piece is sampled by rejection from a power-of-two envelope of ``exp(-2 rate R)``
+piece is sampled by rejection from a fine dyadic envelope of ``exp(-2 rate R)``
 (:mod:`beam_dp.mechanisms.dyadic`), whose masses are exact integers; a round accepts with
-probability at least ``(1 - 2**-26) / 16`` whatever the data (in practice one round in one to
-five).
+probability above 0.35 whatever the data.
 
 Work (``docs/timing.md``): every draw runs :data:`PAIR_ROUNDS` rounds from one request of
 ``9 * PAIR_ROUNDS`` 64-bit words, whatever the scores; each round reads its uniforms' leading
 bits from its words and flips one coin whose integer brackets need no random bits. Further
 requests happen only in the residual events (a uniform or a coin undecided by its leading
-bits, about ``2**-62`` per round; every round rejected, below ``e**-32`` per draw).
+bits, about ``2**-60`` per round; every round rejected, below ``e**-32`` per draw).
 """
 
 from __future__ import annotations
@@ -44,7 +43,13 @@ import numpy.typing as npt
 
 from beam_dp._validation import Relation
 from beam_dp.mechanisms import RandomSource
-from beam_dp.mechanisms.dyadic import CLAMP, scaled_exp_bounds, tight_envelope_exponents
+from beam_dp.mechanisms.dyadic import (
+    CLAMP,
+    FINE_LEVELS,
+    fine_envelope_levels,
+    fine_level,
+    scaled_exp_bounds,
+)
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.quantiles.parameters import selection_loss
 
@@ -53,9 +58,9 @@ __all__ = ["PAIR_ROUNDS", "pair_loss", "pair_scores", "pair_sensitivity", "selec
 IntArray = npt.NDArray[np.int64]
 
 #: Rounds every pair draw runs (:func:`_draw_pair`): a round accepts with probability at
-#: least ``(1 - 2**-26) / 16`` whatever the data, so all of them fail with probability at most
-#: ``exp(-520 (1 - 2**-26) / 16) < e**-32`` per draw; only then are further rounds drawn.
-PAIR_ROUNDS = 520
+#: least ``p = (256 / 729)(1 - 2**-26) > 0.3511`` whatever the data, so all of them fail with
+#: probability at most ``(1 - p)**75 < e**-32.4`` per draw; only then are further rounds drawn.
+PAIR_ROUNDS = 75
 
 #: 64-bit words a round reads, always: two for the piece, two for each family's member, two
 #: for a partner and one for the acceptance coin (each a uniform's leading bits).
@@ -116,39 +121,46 @@ def pair_scores(
     return signed[0], signed[1], common
 
 
+#: The envelope's unit: a weight of 1 is ``_ONE`` units, a fine level's weight
+#: ``k 2**-s / 16`` is ``k 2**(CLAMP + 1 - s)`` units (an integer for every level).
+_ONE = 16 << (CLAMP + 1)
+_LEVEL_MASS = tuple(k << (CLAMP + 1 - s) for k, s in map(fine_level, range(FINE_LEVELS)))
+
+
 @dataclass(frozen=True)
 class _Family:
     """Weighted grid points of one side of a piece.
 
     Member ``r`` is grid point ``positions[r]`` with ``counts[r]`` pairs attached (1 for a
     product piece), target weight ``exp(-rate2 * offsets[r])`` per pair (``offsets`` are the
-    scores minus their minimum ``floor``) and envelope weight ``2**-exponents[r]`` per pair.
-    Members are grouped by exponent: level ``s`` holds ``members[starts[s]:starts[s + 1]]``,
-    whose counts sum to ``level_counts[s]``, and ``total = sum_s level_counts[s] 2**(CLAMP - s)``
-    is the family's envelope mass times ``2**CLAMP``.
+    scores minus their minimum ``floor``) and envelope weight ``k 2**-s / 16`` per pair, the
+    fine level ``levels[r]`` (:func:`~beam_dp.mechanisms.dyadic.fine_envelope_levels`).
+    ``members`` lists the members by level; ``cumulative`` sums their counts in that order.
+    The envelope is laid out level by level over ``[0, total)`` in units (:data:`_ONE` per
+    unit of weight): ``occupied`` are the levels holding members, ``level_ends`` where each
+    ends and ``counts_before`` the pairs of the levels before it.
     """
 
     positions: IntArray
     offsets: IntArray
     counts: IntArray
     floor: int
-    exponents: IntArray
+    levels: IntArray
     members: IntArray
     cumulative: IntArray
-    starts: IntArray
-    level_counts: tuple[int, ...]
     total: int
+    occupied: tuple[int, ...]
     level_ends: tuple[int, ...]
     counts_before: tuple[int, ...]
 
     def locate(self, unit: int) -> int:
-        """The pair of member holding envelope unit ``unit`` (``0 <= unit < total``), in the
-        order of :attr:`cumulative`: the envelope is laid out level by level, each member's
-        pairs as ``counts[r]`` runs of ``2**(CLAMP - level)`` units, so a uniform unit is a
-        pair drawn exactly in proportion to the envelope (:meth:`member` names its member)."""
-        level = bisect.bisect_right(self.level_ends, unit)
-        before = self.level_ends[level - 1] if level else 0
-        return self.counts_before[level] + ((unit - before) >> (CLAMP - level))
+        """The pair holding envelope unit ``unit`` (``0 <= unit < total``), numbered in the
+        order of :attr:`cumulative`: each member's pairs are ``counts[r]`` runs of its level's
+        mass, so a uniform unit is a pair drawn exactly in proportion to the envelope
+        (:meth:`member` names its member)."""
+        at = bisect.bisect_right(self.level_ends, unit)
+        before = self.level_ends[at - 1] if at else 0
+        return self.counts_before[at] + (unit - before) // _LEVEL_MASS[self.occupied[at]]
 
     def member(self, pair: int) -> int:
         """The member whose pairs hold ``pair`` (a value of :meth:`locate`)."""
@@ -160,29 +172,30 @@ def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Frac
     positions, scores, counts = positions[keep], scores[keep], counts[keep]
     floor = int(scores.min())
     offsets = scores - floor
-    exponents = tight_envelope_exponents(float(rate2) * offsets.astype(np.float64))
-    members = np.argsort(exponents.astype(np.uint8), kind="stable")  # radix sort: 0..CLAMP
+    levels = fine_envelope_levels(float(rate2) * offsets.astype(np.float64))
+    members = np.argsort(levels.astype(np.uint16), kind="stable")  # radix sort
     cumulative = np.cumsum(counts[members])
-    starts = np.searchsorted(exponents[members], np.arange(CLAMP + 2), side="left")
-    ends = np.concatenate([[0], cumulative])[starts]
-    level_counts = tuple(int(x) for x in np.diff(ends))
-    masses = [c << (CLAMP - s) for s, c in enumerate(level_counts)]
-    level_ends = tuple(int(x) for x in np.cumsum(np.array(masses, dtype=object)))
-    counts_before = tuple(int(x) for x in np.concatenate([[0], np.cumsum(level_counts)[:-1]]))
-    total = level_ends[-1]
+    sorted_levels = levels[members]
+    occupied = np.flatnonzero(np.bincount(levels, minlength=FINE_LEVELS))
+    starts = np.searchsorted(sorted_levels, occupied, side="left")
+    counts_before = np.concatenate([[0], cumulative])[starts]
+    level_counts = np.diff(np.concatenate([counts_before, cumulative[-1:]]))
+    ends, total = [], 0
+    for level, count in zip(occupied.tolist(), level_counts.tolist(), strict=True):
+        total += count * _LEVEL_MASS[level]
+        ends.append(total)
     return _Family(
         positions,
         offsets,
         counts,
         floor,
-        exponents,
+        levels,
         members,
         cumulative,
-        starts,
-        level_counts,
         total,
-        level_ends,
-        counts_before,
+        tuple(occupied.tolist()),
+        tuple(ends),
+        tuple(counts_before.tolist()),
     )
 
 
@@ -267,7 +280,7 @@ def select_pair(
     ``U = |a_i| + |b_j| + |b_j - a_i| = 2 R`` with ``a = first``, ``b = second`` (both
     non-decreasing, ``a >= b``) and ``R = max(0, a_i, b_j) - min(0, a_i, b_j)``. See the module
     for the envelope, :func:`_pair_rounds` for the proof that a round accepts with
-    probability at least ``(1 - 2**-26) / 16`` and :func:`_draw_pair` for the work, which is
+    probability above 0.35 and :func:`_draw_pair` for the work, which is
     a function of ``len(first)`` alone (:data:`PAIR_ROUNDS` rounds of the same requests).
     """
     i, j, _ = _pair_rounds(first, second, rate, source)
@@ -278,12 +291,12 @@ def select_pair(
 class _PairEnvelope:
     """What :func:`_pair_rounds` builds from the scores once: the six pieces, their constants
     (``floor - least`` of the scores: the utility a piece's least pair adds to the smallest),
-    the constants' envelope exponents, the pieces' integer envelope masses (and their running
+    the constants' fine envelope levels, the pieces' integer envelope masses (and their running
     sums) and their sum, the rate doubled and the number of grid points."""
 
     pieces: list[_Piece]
     constants: list[int]
-    constant_exponents: list[int]
+    constant_levels: list[int]
     weights: list[int]
     ends: list[int]
     total: int
@@ -313,14 +326,16 @@ def _pair_envelope(first: IntArray, second: IntArray, rate: Fraction) -> _PairEn
     least = min(floors)
     constants = [floor - least for floor in floors]
     estimates = np.array([float(rate2) * float(c) for c in constants])
-    constant_exponents = [int(x) for x in tight_envelope_exponents(estimates)]
-    weights = [
-        math.prod(f.total for f in piece.families) << (CLAMP * (3 - len(piece.families)) - s)
-        for piece, s in zip(pieces, constant_exponents, strict=True)
+    constant_levels = [int(x) for x in fine_envelope_levels(estimates)]
+    weights = [  # in units of _ONE**-3
+        math.prod(f.total for f in piece.families)
+        * _LEVEL_MASS[level]
+        * _ONE ** (2 - len(piece.families))
+        for piece, level in zip(pieces, constant_levels, strict=True)
     ]
     ends = [int(x) for x in np.cumsum(np.array(weights, dtype=object))]
     return _PairEnvelope(
-        pieces, constants, constant_exponents, weights, ends, ends[-1], rate2, int(a.size)
+        pieces, constants, constant_levels, weights, ends, ends[-1], rate2, int(a.size)
     )
 
 
@@ -330,29 +345,31 @@ def _pair_rounds(
     """:func:`select_pair`, also returning the round that accepted (1 for the first).
 
     Rejection from a dyadic envelope over six pieces. Each piece's utility is a constant
-    ``R_p`` (its least value) plus offsets of one grid point each, so its envelope
-    ``2**-s_p * prod 2**-s(member)`` is an exact dyadic rational whose sum over the piece
-    factorises. A round picks a piece in proportion to its envelope mass, members in
-    proportion to their envelope weights (and a grouped piece's partner uniformly), and
-    accepts when the pair is sorted and one coin ``exp(-y) 2**s`` succeeds, with ``y`` the
-    rate times the utility above the least and ``s`` the sum of the exponents (the product of
-    the piece's and the members' coins): an accepted pair has probability proportional to
-    ``exp(-2 rate (R - R_0))``, the target.
+    ``R_p`` (its least value) plus offsets of one grid point each, so its envelope, the product
+    of one fine weight ``k 2**-s / 16`` for the constant and one per member
+    (:func:`~beam_dp.mechanisms.dyadic.fine_envelope_levels`), is an exact dyadic rational
+    whose sum over the piece factorises. A round picks a piece in proportion to its envelope
+    mass, members in proportion to their envelope weights (and a grouped piece's partner
+    uniformly), and accepts when the pair is sorted and one coin succeeds: ``exp(-y)`` over
+    the pair's envelope weight, with ``y`` the rate times the utility above the least (the
+    product of the piece's and the members' coins). An accepted pair has probability
+    proportional to ``exp(-2 rate (R - R_0))``, the target.
 
-    Why a round accepts with probability at least ``(1 - 2**-26) / 16``, whatever the data:
+    Why a round accepts with probability at least ``(256 / 729)(1 - 2**-26)``, whatever the
+    data:
 
-    * each factor of the coin is above ``(1/2)(1 - 2**-29)`` unless its exponent is clamped
-      (:func:`~beam_dp.mechanisms.dyadic.tight_envelope_exponents`); there are at most three
-      (the piece's constant and one per family), so an unclamped sorted pair keeps more than
-      ``(1 - 2**-27) / 8`` of its envelope weight;
+    * each factor of the coin is above ``(8/9)(1 - 2**-29)`` unless its level is capped
+      (``y / ln 2`` beyond ``CLAMP + 1.5``); there are at most three (the piece's constant
+      and one per family), so an uncapped sorted pair keeps more than
+      ``(8/9)**3 (1 - 2**-27)`` of its envelope weight;
     * unsorted pairs occur only in the two product pieces. In A (``a <= 0 <= b``) every pair is
       sorted unless all scores are 0, where the square is symmetric. In D (``a > 0 > b``) for
       ``i > j`` the sorted pair ``(j, i)`` has at least the envelope weight of ``(i, j)``,
-      because envelope exponents are non-decreasing in ``a`` and ``|b|``, and ``a`` rises and
+      because envelope levels are non-decreasing in ``a`` and ``|b|``, and ``a`` rises and
       ``|b|`` falls along the grid. So sorted pairs hold at least half of each piece's mass;
-    * clamped exponents (weights below ``2**-CLAMP`` of the best) carry at most
-      ``6 d**2 2**-CLAMP`` of the mass while the best piece and member weigh 1 (below
-      ``2**-60`` of the mass for any ``d <= 2**70``).
+    * capped levels (weights below ``2**-CLAMP``) carry at most ``6 d**2 2**-CLAMP`` of the
+      mass while the best piece and member weigh 1 (below ``2**-60`` of the mass for any
+      ``d <= 2**70``).
     """
     return _draw_pair(_pair_envelope(first, second, rate), source)
 
@@ -383,18 +400,30 @@ def _same(unit: int) -> int:
     return unit
 
 
-def _coin(word: int, numerator: int, denominator: int, exponent: int, source: RandomSource) -> bool:
-    """``Bernoulli(exp(-y) 2**exponent)``, ``y = numerator / denominator``, from a uniform
-    ``U`` whose first 64 bits are ``word``.
+def _coin(
+    word: int,
+    y: tuple[int, int],
+    exponent: int,
+    ratio: tuple[int, int],
+    source: RandomSource,
+) -> bool:
+    """``Bernoulli(exp(-y) 2**exponent * ratio)``, ``y = y[0] / y[1]``, ``ratio = ratio[0] /
+    ratio[1]`` (the pair's envelope mantissas: ``16**m / prod k``), from a uniform ``U``
+    whose first 64 bits are ``word``.
 
     ``[U < p]``, decided by integer brackets of ``p``
-    (:func:`~beam_dp.mechanisms.dyadic.scaled_exp_bounds`): a unit or two wide at 64
-    bits, so ``U``'s first word decides unless it falls within them (probability about
-    ``2**-62``); then 64 more bits of ``U`` and a bracket 64 bits finer (the residual event).
+    (:func:`~beam_dp.mechanisms.dyadic.scaled_exp_bounds`, scaled by ``ratio`` outward): a few
+    units wide at 64 bits, so ``U``'s first word decides unless it falls within them
+    (probability about ``2**-60``); then 64 more bits of ``U`` and a bracket 64 bits finer
+    (the residual event). Fails closed if ``p`` is certainly above 1 (an envelope below its
+    target, which :func:`~beam_dp.mechanisms.dyadic.fine_envelope_levels` rules out).
     """
     u, bits = word, _WORD_BITS
     while True:
-        low, high = scaled_exp_bounds(numerator, denominator, exponent, bits)
+        low, high = scaled_exp_bounds(y[0], y[1], exponent, bits)
+        low, high = low * ratio[0] // ratio[1], -(-high * ratio[0] // ratio[1])
+        if low > 1 << bits:
+            raise AssertionError("an envelope below its target: the coin would exceed 1")
         if u + 1 <= low:
             return True
         if u >= high:
@@ -414,24 +443,30 @@ def _round(
     families = piece.families
     family = families[0]
     member = family.member(_uniform_unit((words[2], words[3]), family.total, family.locate, source))
-    utility = envelope.constants[index] + int(families[0].offsets[member])
-    exponent = envelope.constant_exponents[index] + int(families[0].exponents[member])
+    utility = envelope.constants[index] + int(family.offsets[member])
+    levels = [envelope.constant_levels[index], int(family.levels[member])]
     own = int(families[0].positions[member])
     if piece.grouped == "product":
         family = families[1]
         other = family.member(
             _uniform_unit((words[4], words[5]), family.total, family.locate, source)
         )
-        utility += int(families[1].offsets[other])
-        exponent += int(families[1].exponents[other])
+        utility += int(family.offsets[other])
+        levels.append(int(family.levels[other]))
         i, j = own, int(families[1].positions[other])
     else:
         assert piece.low is not None and piece.high is not None
         low, high = int(piece.low[member]), int(piece.high[member])
         partner = low + _uniform_unit((words[6], words[7]), high - low + 1, _same, source)
         i, j = (own, partner) if piece.grouped == "first" else (partner, own)
+    mantissas, exponent = 1, 0
+    for level in levels:
+        k, s = fine_level(level)
+        mantissas, exponent = mantissas * k, exponent + s
+    scale = 16 ** len(levels)
     rate2 = envelope.rate2
-    accepted = _coin(words[8], rate2.numerator * utility, rate2.denominator, exponent, source)
+    y = (rate2.numerator * utility, rate2.denominator)
+    accepted = _coin(words[8], y, exponent, (scale, mantissas), source)
     return i, j, accepted and i <= j
 
 
@@ -445,7 +480,7 @@ def _draw_pair(
     discarded. Each round reads its words as the leading bits of its uniforms and its coin's
     uniform, so the requests are a function of ``rounds`` alone, except in the residual
     events: a uniform or the coin undecided by its leading bits (64 more bits: probability
-    about ``2**-62`` per round), or every round rejected (probability below ``e**-32`` at
+    about ``2**-60`` per round), or every round rejected (probability below ``e**-32`` at
     :data:`PAIR_ROUNDS`; then ``rounds`` more). The rounds' arithmetic reads the data
     (integer sizes, one search per member drawn): microseconds, not requests. ``rounds``
     below :data:`PAIR_ROUNDS` (tests) keeps the law and draws further blocks more often.
