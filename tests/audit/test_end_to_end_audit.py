@@ -740,24 +740,24 @@ def _flood() -> list[dict[str, Any]]:
 
 
 def _quiet_adversary() -> list[dict[str, Any]]:
-    """The adversary's records in the other neighbour under ``replace``: two ordinary rows."""
+    """The adversary's records in the other neighbour under ``replace``: two ordinary rows in
+    every key. The flood names every key too, and bounding keeps a unit's keys by a hash of
+    unit, key and salt, so both neighbours keep the adversary in the same keys: under
+    ``replace`` a unit's records change within its keys (``docs/privacy_rules.md``; a unit
+    that moves to another key is two add/remove steps, audited below). With the two rows in
+    "de" alone, a ``.PerKey`` case whose flood kept another key compared a move against one ε.
+    """
     return [
         {
             "user": ADVERSARY,
-            "site": "s0",
+            "site": site,
             "vote": "A",
-            "price": 0.75,
-            "value": 20.0,
-            "country": "de",
-        },
-        {
-            "user": ADVERSARY,
-            "site": "s2",
-            "vote": "A",
-            "price": 0.25,
-            "value": 30.0,
-            "country": "de",
-        },
+            "price": price,
+            "value": value,
+            "country": country,
+        }
+        for country in KEYS
+        for site, price, value in (("s0", 0.75, 20.0), ("s2", 0.25, 30.0))
     ]
 
 
