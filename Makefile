@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck unit bench clean postgresql chromium engines mutants peers
+.PHONY: run test lint typecheck unit bench clean postgresql chromium engines mutants peers docs
 
 $(STAMP): setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,7 +71,12 @@ engines:
 unit: $(STAMP) postgresql chromium engines
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q --durations=40
 
-test: lint typecheck unit
+# The docs site (docs/, mkdocs.yml) into site/; strict: a broken link, a missing page or an API
+# reference that does not resolve fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint typecheck docs unit
 
 # Privacy mutants (issue 28): each change listed in tools/mutants.toml (a calibration constant,
 # a sensitivity factor, a contribution bound, a budget split, a ledger state check, the identity
@@ -100,4 +105,4 @@ $(PEERS_STAMP): benchmarks/peers/requirements.txt setup.py pyproject.toml
 peers: $(PEERS_STAMP)
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) build *.egg-info .mypy_cache .ruff_cache .pytest_cache engines/*/target
+	rm -rf $(VENV) $(PEERS_VENV) build site *.egg-info .mypy_cache .ruff_cache .pytest_cache engines/*/target

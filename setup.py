@@ -22,6 +22,10 @@ TEST_REQUIRES = [
     "scipy>=1.11",
     "mypy>=1.10",
     "ruff>=0.6",
+    # the docs site (make docs; make test builds it in strict mode)
+    "mkdocs>=1.6,<2",
+    "mkdocs-material>=9.5,<10",
+    "mkdocstrings[python]>=0.26",
 ]
 
 BENCHMARK_REQUIRES = [

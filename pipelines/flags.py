@@ -455,7 +455,7 @@ def _unknown_words(parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
             item.required = True
 
 
-#: The Flink minor of the job server ``make engines`` builds (README, "On other runners").
+#: The Flink minor of the job server ``make engines`` builds (docs/runners.md).
 FLINK_VERSION = "1.19"
 
 

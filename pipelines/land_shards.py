@@ -5,7 +5,7 @@
 
 Each round copies every matched shard under a new name (``<round>-<name>``), one every
 ``--every`` seconds, as an exporter landing hourly or nightly shards would; run
-``python -m pipelines.stream`` on the landing folder meanwhile (README, "Streaming").
+``python -m pipelines.stream`` on the landing folder meanwhile (docs/streaming.md).
 """
 
 from __future__ import annotations
@@ -20,12 +20,17 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipelines.land_shards", allow_abbrev=False)
     parser.add_argument("--source", required=True, help="a glob over the shards to copy")
     parser.add_argument("--landing", required=True, help="the folder they land in")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between shards")
     parser.add_argument("--rounds", type=int, default=1, help="how many times to copy them")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     shards = sorted(glob.glob(args.source))
     if not shards:

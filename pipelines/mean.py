@@ -12,7 +12,7 @@ replace, --n (the public number of values) tightens it.
 One value per person is used by default (--max_contributions 1, chosen at random among a
 person's values); --max_contributions N keeps N, and auto chooses the bound privately with a
 tenth of --epsilon (measured: it helps on long-tailed data and hurts where one row per person
-is already unbiased, so it is not the default; README "Defaults").
+is already unbiased, so it is not the default; docs/jobs.md, "Defaults").
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def config_keys_help() -> str:
         per_key = sorted(set(statistic_keys(kind, per_key=True)) - common - set(own))
         text = ", ".join(own) + (f"; per key: {', '.join(per_key)}" if per_key else "")
         rows.append((f'type = "{kind}"', text))
-    lines = ["The config's keys (README section \"The release job's config\" explains them):"]
+    lines = ["The config's keys (docs/jobs.md, \"The release job's config\", explains them):"]
     for table, keys in rows:
         lines += textwrap.wrap(
             keys,

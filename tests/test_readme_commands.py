@@ -1,4 +1,4 @@
-"""The README's job commands run one after another on a fresh clone, right after `make run`
+"""The jobs guide's commands (docs/jobs.md) run one after another on a fresh clone, right after `make run`
 (issue 22, item 8): each in a copy of the repository's layout, with `make run`'s output in
 place first, exactly as written (only `.venv/bin/python` becomes this interpreter)."""
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _readme_job_commands() -> list[list[str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "jobs.md").read_text(encoding="utf-8")
     block = text.split("```sh\n# the most visited websites", 1)[1].split("```", 1)[0]
     commands = []
     for command in re.sub(r"\\\n\s*", " ", block).splitlines():

@@ -1,4 +1,4 @@
-"""The README's "In your own pipeline" examples run as written (issue 24), one after another in
+"""The library guide's "In your own pipeline" examples (docs/library.md) run as written (issue 24), one after another in
 one namespace, in a fresh folder: per-record elements, windows, releases written by Beam's own
 sink. Only the runner is chosen here: the in-process FnApiRunner, which the DirectRunner falls
 back to offline after trying to fetch Prism."""
@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _section_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("### In your own pipeline\n", 1)[1].split("\n### ", 1)[0]
+    text = (REPO / "docs" / "library.md").read_text(encoding="utf-8")
+    section = text.split("## In your own pipeline\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
@@ -39,7 +39,7 @@ def test_the_examples_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         for block in blocks:
-            exec(compile(block, "README.md", "exec"), namespace)
+            exec(compile(block, "docs/library.md", "exec"), namespace)
     lines = printed.getvalue().splitlines()
     names = [line.split()[0] for line in lines]
     assert "top_candidates" in names and "median" in names
