@@ -281,7 +281,7 @@ def quantile_statement(
     rank_error``: when the quantile falls strictly between two grid points, ``dist(best)`` is
     up to half the values strictly inside that grid cell: data-dependent, never released
     (nothing when the values are grid points). Hence the key's name,
-    ``rank_error_beyond_best_grid_point``. (Before issue 39 the utility was ``-|rank(v) -
+    ``rank_error_beyond_best_grid_point``. (The tie-blind utility was ``-|rank(v) -
     alpha N|`` with ``rank(v) = #(x < v) + alpha #(x = v)``: a grid point inside a tie block
     holding the quantile scored no better than the empty points beside it.)
 

@@ -4,7 +4,7 @@ Runners retry bundles, recompute lost tasks (Dask does, when a worker dies) and 
 speculatively, so any step of a pipeline may run more than once, and a mechanism inside it may
 draw more than one sample of a release. What this module guarantees is that **at most one
 sample of each planned release ever leaves the pipeline, and the job publishes only if exactly
-one of each did**. Three parts (issue 21 weighed the candidates; this is the choice):
+one of each did**. Three parts (the candidates weighed, this is the choice):
 
 1. **Releases travel only as PCollection output, to one commit step.** Every release (and the
    name of every file skipped under ``on_bad_record="skip"``) is gathered into *one* element
@@ -482,7 +482,7 @@ def _watched_worker_handler() -> type:
     """Beam's handler of a subprocess SDK worker (``--direct_running_mode multi_processing``),
     watched: Beam's own raises in a thread of its own when the worker's process ends with an
     error (a raw traceback on stderr) and tells no one, so the runner waits for the dead
-    worker forever (issue 36: no exit after 420 s). This one, when a worker's process ends
+    worker forever (measured: no exit after 420 s). This one, when a worker's process ends
     with an error before the runner stopped it, marks the run's workers lost, fails every
     request the runner is waiting for from that worker (its control and data channels), and,
     when the runner then closes its workers, kills the others instead of waiting for them."""

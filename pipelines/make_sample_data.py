@@ -4,7 +4,7 @@
 one row per (respondent, website visit), with the respondent's country, willingness to pay for
 an app, vote and body weight repeated on each of their rows, as a warehouse export of a joined
 table would. Respondents are spread across the three shards, so contribution bounding has to
-bring each respondent's rows together. Also writes the seed 003 weights table
+bring each respondent's rows together. Also writes the weights table
 (``sample_data/weights/export-00000.avro``: Alice 40, Bob 60, Charles 80, Dee 60).
 
 Synthetic data only: fixed seed, no real person.

@@ -38,7 +38,7 @@ parameters before the budget is planned); that build takes nothing.
 Composition is the budget's :class:`~beam_dp.accounting.composition.CompositionRule`, one
 per kind, each with its privacy argument:
 
-- ``"basic"``: ε and δ add up (sequential composition; seed 003's theorem;
+- ``"basic"``: ε and δ add up (sequential composition, Dwork and Roth 2014, Theorem 3.16;
   :mod:`beam_dp.accounting.composition_basic`).
 - ``"zcdp"``: (ε, δ)-DP shares (partition selection) are composed by basic composition on
   top; everything else is composed in zCDP, where costs add as ρ, and the total ρ is

@@ -1,4 +1,4 @@
-"""Basic (sequential) composition: ε and δ add up (seed 003's theorem).
+"""Basic (sequential) composition: ε and δ add up (Dwork and Roth 2014, Theorem 3.16).
 
 Privacy:
     If release ``i`` is (ε_i, δ_i)-DP under a relation, all of them together are

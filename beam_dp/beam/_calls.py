@@ -5,7 +5,7 @@ Beam's Python SDK calls a DoFn through one of two invokers. ``beam.Map(fn, *para
 invoker, which, in the global window, fills one cached argument list with each element and
 keeps it there after the call returns. A worker caches a bundle processor per concurrent
 bundle and reuses it, so each processor kept the last column batch of every such step (16 MB
-for a 10^6-row Parquet batch, 12 MB for a bounding shard at 10^8 rows): issue 25 found up to
+for a 10^6-row Parquet batch, 12 MB for a bounding shard at 10^8 rows): measured: up to
 17 of them alive in one Flink SDK worker, none of them in use.
 
 These steps run through the simple invoker (their parameters are attributes, not extra

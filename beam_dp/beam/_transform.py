@@ -789,7 +789,7 @@ def _listed(element: Any) -> bool:
 #: Records per list that :class:`BatchRecordsFn` hands to the encode step. Each list costs
 #: a few milliseconds past the encode step (bounding splits it into ``num_shards`` parts, each
 #: shuffled), so lists of 4096 records spent ~1 µs a record there; at 16384 a quarter of that,
-#: while a list's dicts stay a few MB (benchmarks/RESULTS.md, issue 24).
+#: while a list's dicts stay a few MB (benchmarks/RESULTS.md).
 RECORDS_PER_BATCH = 16384
 
 

@@ -1,4 +1,4 @@
-"""A private mean on Beam: the exponential mechanism over a public grid (seed 004).
+"""A private mean on Beam: the exponential mechanism over a public grid.
 
 ``PrivateMean.Globally`` / ``.PerKey`` release one grid point per window (and key)::
 
@@ -238,7 +238,7 @@ def _build_mean(
 
 
 class _MeanTransform(PrivateTransform):
-    """A private mean by the exponential mechanism over a public grid (seed 004).
+    """A private mean by the exponential mechanism over a public grid.
 
     Args:
         **options: :class:`MeanOptions` (``.PerKey``: :class:`MeanPerKeyOptions`): the grid

@@ -1138,7 +1138,7 @@ def _top_after_key_selection(
 
 
 class TopCandidates:
-    """Heavy hitters (seed 002): the candidate(s) that most distinct privacy units contributed.
+    """Heavy hitters (McSherry and Talwar 2007): the candidate(s) that most distinct privacy units contributed.
 
     Score: ``q(r) = #{units that contributed r}`` (:class:`~beam_dp.scores.DistinctUnitCount`).
     A unit that names a candidate many times counts once (contribution bounding deduplicates
@@ -1253,7 +1253,7 @@ def _revenue(prices: Sequence[Any] | Revenue | None) -> Revenue:
 
 
 class BestPrice:
-    """The posted price that maximises revenue (seed 002, pricing a digital good).
+    """The posted price that maximises revenue (pricing a digital good: McSherry and Talwar 2007).
 
     Each privacy unit has one willingness to pay ``x_u``. A unit with several records is
     reduced to one value by ``per_unit``: ``"max"`` (default: the most the unit said it would
@@ -1353,7 +1353,7 @@ def _election(
 
 
 class Election:
-    """An election among public candidates (seed 003): one vote per privacy unit.
+    """An election among public candidates: one vote per privacy unit.
 
     ``score="plurality"`` (default): ``q(r) = #votes for r``
     (:class:`~beam_dp.scores.PluralityVote`). ``score="margin"``: two candidates,

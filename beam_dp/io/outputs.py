@@ -4,7 +4,7 @@ Everything written here is built from released values and public parameters only
 release records and the budget): no score, count or record ever reaches these files.
 
 Outputs go through Beam's ``FileSystems``, so ``gs://``, ``s3://`` and every registered scheme
-work. **Publication is all or nothing** (issue 36): a reader of the output location finds the
+work. **Publication is all or nothing**: a reader of the output location finds the
 earlier whole release, the new whole release, or no release, never the files of two runs nor
 some of a run's files, whenever the writing process is killed.
 

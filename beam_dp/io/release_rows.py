@@ -1,4 +1,4 @@
-"""Releases as schema'd Beam rows, for Beam's own transforms and sinks (issue 24).
+"""Releases as schema'd Beam rows, for Beam's own transforms and sinks.
 
 ``releases | ReleaseRows()`` turns each :class:`~beam_dp.release.Release` into a
 :class:`ReleaseRow`: a NamedTuple with a RowCoder whose fields are the typed columns of

@@ -1,5 +1,5 @@
 """``WriteReleases``: a pipeline's releases as ``release.json``, ``release.avro`` and
-``report.html`` in one location, written by Beam's own file sinks (issue 24).
+``report.html`` in one location, written by Beam's own file sinks.
 
 ``releases | WriteReleases("gs://bucket/out")`` gathers every release of the PCollection into
 one document (as the jobs' ``release.json``) and writes the three files through Beam's

@@ -365,7 +365,7 @@ def score_loss_bound(
     """The utility guarantee: with probability >= ``confidence`` the loss is below this bound.
 
     ``P[q(Y) <= q_max - 2 * sensitivity * (ln d + t) / epsilon] <= exp(-t)`` with
-    ``t = ln(1 / (1 - confidence))`` (Dwork-Roth Thm 3.11; seed 002, Prop. 1.4); ``sensitivity``
+    ``t = ln(1 / (1 - confidence))`` (Dwork and Roth 2014, Theorem 3.11); ``sensitivity``
     replaces ``2 * sensitivity`` for monotone scores. It holds for permute-and-flip as well: the
     probability that PF outputs r is at most r's coin probability, which is the exponential
     mechanism's bound term by term.

@@ -20,7 +20,7 @@ _ONE = Fraction(1)
 class DistinctUnitCount(Score):
     """Heavy-hitter score: the number of distinct privacy units that contributed each candidate.
 
-    ``q(r; x) = #{units u : u contributed r}`` (seed 002, Example 1.1). A unit that contributes
+    ``q(r; x) = #{units u : u contributed r}`` (McSherry and Talwar 2007). A unit that contributes
     the same candidate several times counts once.
 
     Args:
@@ -144,7 +144,7 @@ def _vote_counts(votes: npt.ArrayLike, num_candidates: int) -> npt.NDArray[np.in
 
 @dataclass(frozen=True)
 class PluralityVote(_OneVotePerUnit):
-    """Plurality vote: the number of votes for each candidate, one vote per unit (seed 003).
+    """Plurality vote: the number of votes for each candidate, one vote per unit.
 
     Args:
         num_candidates: Number of candidates; votes are indices ``0..num_candidates-1``.
@@ -183,7 +183,7 @@ class PluralityVote(_OneVotePerUnit):
 
 @dataclass(frozen=True)
 class VoteMargin(_OneVotePerUnit):
-    """Two-candidate vote margin: ``q(r) = #votes(r) - #votes(other)`` (seed 003).
+    """Two-candidate vote margin: ``q(r) = #votes(r) - #votes(other)``.
 
     Candidates are ``0`` and ``1``; the scores are ``(m, -m)`` with ``m = #0 - #1``.
 

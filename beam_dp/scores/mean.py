@@ -1,4 +1,4 @@
-"""Mean utility over a public grid (seed 004), for a public dataset size ``n``."""
+"""Mean utility over a public grid, for a public dataset size ``n``."""
 
 from __future__ import annotations
 

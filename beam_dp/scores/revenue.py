@@ -1,4 +1,4 @@
-"""Revenue of a posted price (pricing a digital good, seed 002)."""
+"""Revenue of a posted price (pricing a digital good: McSherry and Talwar 2007)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class DecimalGrid(Sequence[Fraction]):
 
 @dataclass(frozen=True)
 class Revenue(Score):
-    """Revenue at each posted price: ``q(p; x) = p * #{units with x_u >= p}`` (seed 002).
+    """Revenue at each posted price: ``q(p; x) = p * #{units with x_u >= p}``.
 
     Prices are exact decimals (currency units, e.g. dollars): ints, ``Fraction``, ``Decimal``,
     or floats read as the decimal they were written as (``0.7`` is 7/10). Each price must be

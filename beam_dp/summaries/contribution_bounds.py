@@ -21,7 +21,7 @@ of 40-60 rows the median rule would choose 64 and 1024 equally often.
 
 Rules (``rule=``)
 -----------------
-``"quantile"`` (the default, chosen by measurement; RESULTS.md "Real data (issue 14)")
+``"quantile"`` (the default, chosen by measurement; benchmarks/RESULTS.md, "Real data")
     The bound is a private, conservative ``alpha``-quantile of the buckets of rows per unit.
     Bucket ``b`` holds the ranks ``[L(b), F(b)]``, ``F(b) = L(b) + E(b) = #(c <= b)``; the
     utility is ``-max(T - F(b), L(b) - T)`` for a target rank ``T``: minus the distance of
@@ -186,10 +186,10 @@ __all__ = [
 BoundRule = Literal["quantile", "tradeoff"]
 BOUND_RULES: tuple[BoundRule, ...] = ("quantile", "tradeoff")
 
-#: The rule used unless one is asked for (by measurement: RESULTS.md "Real data (issue 14)").
+#: The rule used unless one is asked for (by measurement: benchmarks/RESULTS.md, "Real data").
 DEFAULT_RULE: BoundRule = "quantile"
-#: The quantile of rows per unit the ``"quantile"`` rule targets. Measured (RESULTS.md "Real
-#: data (issue 14)"): 0.9 was within noise of the best rule on every dataset, and 2.5x better
+#: The quantile of rows per unit the ``"quantile"`` rule targets. Measured (benchmarks/RESULTS.md,
+#: "Real data"): 0.9 was within noise of the best rule on every dataset, and 2.5x better
 #: than 0.5 where values depend on the unit (flight distances: heavy units fly short routes,
 #: so a low bound drops their rows and biases the median).
 DEFAULT_ALPHA = Fraction(9, 10)

@@ -374,7 +374,7 @@ def _shared_grid(kind: GridKind, lower: float, upper: float, num_points: int) ->
     A worker unpickles every DoFn and CombineFn that holds the grid once per bundle processor,
     and a runner builds many of those (one per concurrent bundle, again after each is
     evicted): without sharing, each held its own copy of the points (8 bytes a point; 40
-    copies in one Flink SDK worker at 10^8 rows, issue 25). A grid is immutable (its points
+    copies in one Flink SDK worker at 10^8 rows). A grid is immutable (its points
     are read-only), so one object serves every holder. The bounds are keyed by their exact
     bits (``-0.0`` is not ``0.0``).
     """

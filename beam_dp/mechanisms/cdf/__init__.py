@@ -1,4 +1,4 @@
-"""A private distribution of a column: exact KS synthetic samples on a public grid (seed 004).
+"""A private distribution of a column: exact KS synthetic samples on a public grid (Wasserman and Zhou 2010).
 
 Modules, by concern: :mod:`.ks` (the mechanism, its privacy and its exact sampler),
 :mod:`.params` (validated parameters), :mod:`.bands` (counting and drawing lattice paths),

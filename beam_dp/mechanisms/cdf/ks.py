@@ -1,4 +1,4 @@
-"""Exact sampling of Wasserman and Zhou's KS synthetic sample on a public grid (seed 004).
+"""Exact sampling of Wasserman and Zhou's KS synthetic sample on a public grid.
 
 **The mechanism.** A public grid ``g_0 < ... < g_{m-1}``; the data enter only through
 ``N_i = #(x <= g_i)`` after the public input rule (clamped to the bounds, a value strictly
@@ -59,7 +59,7 @@ has this law whatever rounds come after it; a round succeeds with probability
 ``p = sum_s A(s) e**(-γ s) / sum_blocks Ā ... > 0``, so the loop ends with probability 1.
 How the blocks are chosen (:func:`.plan.plan`) affects only ``p``.
 
-**Running time fixed by public values** (issue 22: on the reported D and D', one person
+**Running time fixed by public values** (measured on a reported D and D', one person
 apart, the old planner ran 49 and 143 band counts and the job took twice as long). Every
 piece of work is a function of public values (``m``, ``k``, ``ε``, ``c``, the relation, the
 normaliser ``n̂``, the options), never of the counts:

@@ -4,7 +4,7 @@ The sampler of :mod:`.ks` proposes a *block* ``[start, end)`` of deviation level
 envelope ``Ā`` (the exact size of a band that holds every level of the block) and accepts or
 rejects; any partition of ``[D_min, ∞)`` gives the exact law, so the plan affects only how
 often a round is rejected. The plan must not give the data away through its *work* either
-(issue 22): it runs exactly :attr:`PlanOptions.band_counts` band counts, each over the same
+: it runs exactly :attr:`PlanOptions.band_counts` band counts, each over the same
 public number of cells, whatever the data.
 
 :func:`plan` (after the minimum ``D_min``, found in a fixed number of steps):
