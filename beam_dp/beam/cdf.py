@@ -1,4 +1,6 @@
-"""A private CDF of a column on Beam: exact KS synthetic samples on the public grid (Wasserman and Zhou 2010).
+"""A private CDF of a column on Beam: exact KS synthetic samples on the public grid.
+
+The mechanism: Wasserman and Zhou (2010), exactly sampled.
 
 ``PrivateCDF.Globally`` / ``.PerKey`` release, per window (and public key), ``k`` synthetic
 points whose step CDF is close to the data's in KS distance (Wasserman and Zhou's exponential

@@ -1138,7 +1138,9 @@ def _top_after_key_selection(
 
 
 class TopCandidates:
-    """Heavy hitters (McSherry and Talwar 2007): the candidate(s) that most distinct privacy units contributed.
+    """Heavy hitters: the candidate(s) that most distinct privacy units contributed.
+
+    The exponential mechanism's first example (McSherry and Talwar 2007).
 
     Score: ``q(r) = #{units that contributed r}`` (:class:`~beam_dp.scores.DistinctUnitCount`).
     A unit that names a candidate many times counts once (contribution bounding deduplicates

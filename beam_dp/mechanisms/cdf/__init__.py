@@ -1,4 +1,6 @@
-"""A private distribution of a column: exact KS synthetic samples on a public grid (Wasserman and Zhou 2010).
+"""A private distribution of a column: exact KS synthetic samples on a public grid.
+
+The mechanism: Wasserman and Zhou (2010), exactly sampled.
 
 Modules, by concern: :mod:`.ks` (the mechanism, its privacy and its exact sampler),
 :mod:`.params` (validated parameters), :mod:`.bands` (counting and drawing lattice paths),
