@@ -1140,7 +1140,8 @@ def _top_after_key_selection(
 class TopCandidates:
     """Heavy hitters: the candidate(s) that most distinct privacy units contributed.
 
-    The exponential mechanism's first example (McSherry and Talwar 2007).
+    A selection over public candidates by the exponential mechanism (McSherry and Talwar
+    2007) or permute-and-flip (McKenna and Sheldon 2020).
 
     Score: ``q(r) = #{units that contributed r}`` (:class:`~beam_dp.scores.DistinctUnitCount`).
     A unit that names a candidate many times counts once (contribution bounding deduplicates
