@@ -1,4 +1,4 @@
-"""The release record: what a job publishes for one statistic (DESIGN section 7).
+"""The release record: what a job publishes for one statistic.
 
 A :class:`Release` is the released value plus the :class:`~beam_dp.accounting.LedgerEntry`
 that says what it cost and how accurate it is. ``to_dict()`` is the JSON object written to
@@ -646,7 +646,7 @@ class Release:
         return merged
 
     def to_dict(self) -> dict[str, Any]:
-        """The DESIGN section 7 release object (plain JSON types).
+        """The release object (plain JSON types).
 
         ``accuracy`` holds numbers only (the ledger's and the statement's bounds); with a
         statement, ``accuracy_units`` gives the unit of each bound and

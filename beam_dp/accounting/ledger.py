@@ -1,8 +1,9 @@
 """Ledger entries: what one release spent and how accurate it is, as plain JSON.
 
-Every release carries one :class:`LedgerEntry` (DESIGN §5, §7). The release record adds the
-released ``value`` next to the entry's fields; :meth:`LedgerEntry.from_dict` ignores keys it
-does not know, so a release record reads back into its entry.
+Every release carries one :class:`LedgerEntry` (docs/mechanisms.md, "Budget and
+composition"). The release record adds the released ``value`` next to the entry's fields;
+:meth:`LedgerEntry.from_dict` ignores keys it does not know, so a release record reads back
+into its entry.
 """
 
 from __future__ import annotations

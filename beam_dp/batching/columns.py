@@ -165,7 +165,7 @@ class PublicIndex:
     """A public, ordered list of labels (candidates or partition keys) and their positions.
 
     Labels must be public: chosen by the analyst or from public knowledge, never read from the
-    data (DESIGN: candidates are public). A data value matches a label of another Arrow type
+    data (candidates are public). A data value matches a label of another Arrow type
     when the label converts to the data's type exactly, or else when both are the same number
     or the same text (``1``, ``1.0`` and ``"1"`` match the label ``1``).
 

@@ -161,7 +161,7 @@ RELEASE_AVRO_SCHEMA: dict[str, Any] = {
     "type": "record",
     "name": "Release",
     "namespace": "beam_dp",
-    "doc": "One differentially private release (DESIGN section 7), one row per release.",
+    "doc": "One differentially private release, one row per release.",
     "fields": [
         {"name": "run_id", "type": "string", "doc": "the job run that released it"},
         {"name": "released_at", "type": "string", "doc": "when the run released it (UTC)"},

@@ -2,7 +2,8 @@
 
 Each score computes exact integer scores (int64, one per candidate) whose real value is
 ``integer * unit``, and states its sensitivity and monotonicity for both neighbouring relations,
-derived from its definition and the contribution bounds it stores (DESIGN §3):
+derived from its definition and the contribution bounds it stores (docs/mechanisms.md,
+"Scores and their sensitivities"):
 
 ==================  ==================================  ====================  ==========
 score               q(r; x)                             Δ add_remove / replace  monotone

@@ -56,9 +56,10 @@ class MeanScore(Score):
         resolution: Integer score steps per sensitivity (default ``2**16``).
 
     Privacy:
-        Relation ``replace`` only (DESIGN §1: one privacy unit's records are changed; ``n`` is
-        public), sensitivity ``k (upper - lower) / n``, not monotone. Under ``add_remove`` the
-        dataset size is not public, and ``sensitivity``/``monotone`` raise ValueError.
+        Relation ``replace`` only (docs/mechanisms.md, "Releases and neighbours": one
+        privacy unit's records are changed; ``n`` is public), sensitivity
+        ``k (upper - lower) / n``, not monotone. Under ``add_remove`` the dataset size is not
+        public, and ``sensitivity``/``monotone`` raise ValueError.
 
         Proof. Contribution bounding keeps at most ``k`` values of each unit and chooses them
         from that unit's own records only, so neighbours ``x, x'`` keep the same values for every

@@ -34,7 +34,7 @@ every candidate is attainable, so among equally scored candidates (for example t
 an empty stretch of the column) the one released is always a value the column can hold, by
 construction: there are no unattainable candidates. (A uniform grid with several points
 between two consecutive integers has points that all score the same and none of which is
-attainable: that is where the issue-14 medians spread over ``[-5.9, -5.0]``.)
+attainable: that is where the measured medians spread over ``[-5.9, -5.0]``.)
 
 Wiring: the result is a :class:`~beam_dp.summaries.histogram.Grid`, built with
 :meth:`Grid.uniform` when its points are integers that the uniform construction reproduces
