@@ -12,7 +12,7 @@ Cuts: where a block of tied values goes
 ---------------------------------------
 The values *equal* to the chosen point ``s`` must be shared between the two branches, and how
 they are shared sets the children's targets: the left branch should hold ``alpha N`` values
-when ``s`` was chosen for ``alpha``. A fixed share (half each, as before issue 22) is off by up
+when ``s`` was chosen for ``alpha``. A fixed share (half each) is off by up
 to half the block: on hours worked, where 54% of the rows are 40 and the median is inside that
 block, the left branch held 60% of the rows instead of 50%, and its median, released for the
 0.25-quantile, sat 4% of the rows (about 1 000 ranks) above the true one in every run. The
@@ -73,8 +73,8 @@ values tied at that point for a cut (for a pair, the best pair's, where the two 
 can add up), when the values are grid points. A block holds at most ``N`` values, so the
 recursion's bound is ``l``'s part, :meth:`QuantilePlan.rank_errors`, plus a public share of
 ``N``, :meth:`QuantilePlan.rank_error_shares` (``1 / (2Q)`` per cut, ``1 / Q`` per pair of
-cuts, weighted alike; see :mod:`.planning`); releases state both (issue 39: the share was left
-out of the number, and a 47% tie block exceeded it in every release). ``Q`` grows on small
+cuts, weighted alike; see :mod:`.planning`); releases state both (with the share left
+out of the number, a 47% tie block exceeded it in every release). ``Q`` grows on small
 grids (:func:`~.planning.tie_parts`: 1 024 on 101 points), so the share is small.
 """
 

@@ -10,14 +10,14 @@ Let ``N`` be the number of values and, for a grid point ``r``, ``L = #(x < r)``,
     u(r) = -max(0, (1-alpha) L - alpha (G + E), alpha G - (1-alpha) (L + E))
          = -dist(alpha N, [L, L + E]),
 
-the seeds' ``-|(1-alpha) L - alpha G|`` wherever ``E = 0`` (DESIGN §3), and 0 at a point whose
-tied values hold the quantile's rank. Its sensitivity is the seeds' score's,
+the classical ``-|(1-alpha) L - alpha G|`` (Smith, STOC 2011) wherever ``E = 0``, and 0 at a
+point whose tied values hold the quantile's rank. Its sensitivity is the classical score's,
 ``max(alpha, 1-alpha) k`` under add/remove and ``k`` under replace, for ``k`` values per privacy
 unit (:func:`point_sensitivity`, proof there). Scores are the exact integers of
-:class:`~beam_dp.scores.QuantileScore`; no float score is ever sampled from. (Before issue 39 the
-score ignored ``E``: a point inside a block of tied values at the median scored no better than
+:class:`~beam_dp.scores.QuantileScore`; no float score is ever sampled from. (The classical
+score ignores ``E``: a point inside a block of tied values at the median scored no better than
 the empty points beside it, and a 300-value block at the median of 450 values was missed in
-every release at epsilon 0.5.)
+every release at epsilon 0.5; this score releases it in every one.)
 
 Accuracy: from score loss to ranks
 ----------------------------------
