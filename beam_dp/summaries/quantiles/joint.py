@@ -101,9 +101,10 @@ def pair_scores(
     the value ``r`` is ``alpha_j n``, ``L - alpha_j n > 0`` above, ``L + E - alpha_j n < 0``
     below. It is non-decreasing along the grid, ``e_1 >= e_2`` at every point, and one value
     moves it by ``-alpha_j`` (a value above), ``1 - alpha_j`` (below) or a share between them
-    (equal), as the tie-neutral score does; but a quantile that falls in a block of ties scores
-    0 at the tied value, so neither quantile of a pair is left free when both fall in one
-    block (JointExp's path utility would then ignore the smaller of two negative errors).
+    (equal), as the single quantile's score (:class:`~beam_dp.scores.QuantileScore`) does; a
+    quantile that falls in a block of ties scores 0 at the tied value, so neither quantile of
+    a pair is left free when both fall in one block (JointExp's path utility would then
+    ignore the smaller of two negative errors).
     With ``equal`` 0 the candidates are cuts at ``less`` (:mod:`.recursive`).
     """
     low, high = alphas
