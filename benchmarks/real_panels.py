@@ -560,7 +560,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     for data in datasets:
         for epsilon in args.epsilons:
             cells.append(measure(data, epsilon, args, rng))
-            print(f"  {data.name} eps={epsilon:g} done", flush=True)
+            # each cell's rows as it ends (a long run cut short keeps what it measured)
+            print("\n".join(main_table(cells[-1:])[2:]), flush=True)
     output = [
         *header,
         "",
