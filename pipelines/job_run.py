@@ -272,6 +272,25 @@ def _export_resolution(
     return combine_resolutions(found), 0
 
 
+def _mean_defaults(spec: StatisticSpec, privacy_unit: str | None) -> None:
+    """A mean's rows per person: ``"auto"`` when a privacy unit is given and the statistic
+    sets neither ``max_contributions``, ``max_keys_per_unit`` nor a public ``n`` (the count
+    of values kept depends on the bound, so a public ``n`` fixes the bound the user chose).
+
+    Measured on four real panels (benchmarks/RESULTS.md, "Real panels against the peers"):
+    the mean's error with ``auto`` was 0.83 of one row per person's (geometric mean over
+    the cells, better in 10 of 18), and one row per person is biased wherever the value
+    depends on how many rows a person has (11x on flight distances)."""
+    if (
+        privacy_unit is not None
+        and "max_contributions" not in spec.params
+        and "max_keys_per_unit" not in spec.params
+        and spec.params.get("n") is None
+    ):
+        spec.params["max_contributions"] = "auto"
+        LOG.info("%s: max_contributions chosen privately (auto)", spec.name)
+
+
 def apply_quantile_defaults(
     specs: Sequence[StatisticSpec],
     *,
@@ -280,7 +299,8 @@ def apply_quantile_defaults(
     privacy_unit: str | None,
     on_bad_record: str = "fail",
 ) -> None:
-    """The jobs' defaults for the quantile statistics, from public facts only (in place).
+    """The jobs' defaults for the quantile statistics and the mean, from public facts only
+    (in place; the mean: :func:`_mean_defaults`).
 
     * ``max_contributions``: ``"auto"`` (chosen privately with a share of the statistic's
       epsilon, or of its rho under zCDP; :mod:`beam_dp.summaries.contribution_bounds`) when
@@ -297,6 +317,9 @@ def apply_quantile_defaults(
     """
     paths: list[str] | None = None
     for spec in specs:
+        if spec.type == "mean":
+            _mean_defaults(spec, privacy_unit)
+            continue
         if spec.type not in QUANTILE_TYPES:
             continue
         if (

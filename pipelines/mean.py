@@ -9,10 +9,11 @@ the exact sum and count of the clamped values: --num_points equally spaced value
 10,000), log-spaced with --grid log, or the multiples of --resolution. Under --relation
 replace, --n (the public number of values) tightens it.
 
-One value per person is used by default (--max_contributions 1, chosen at random among a
-person's values); --max_contributions N keeps N, and auto chooses the bound privately with a
-tenth of --epsilon (measured: it helps on long-tailed data and hurts where one row per person
-is already unbiased, so it is not the default; docs/jobs.md, "Defaults").
+How many values of one person are used is chosen privately by default (--max_contributions
+auto, with a tenth of --epsilon; measured on real panels: 0.83 of one row per person's error,
+and no bias where the value depends on how many rows a person has); --max_contributions N
+keeps N, chosen at random among a person's values. With --n (the public number of values,
+under --relation replace) the default is 1.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int_or_auto,
         default=None,
         help="how many values of one person are used; the others are dropped, chosen at "
-        "random. Default 1; auto chooses it privately with a tenth of --epsilon",
+        "random. Default: auto (chosen privately with a tenth of --epsilon) with "
+        "--privacy_unit and without --n; 1 otherwise",
     )
     add_method_argument(parser)
     add_name_argument(parser, "mean")

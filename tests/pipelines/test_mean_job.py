@@ -24,7 +24,9 @@ def test_the_mean_job_releases_a_mean_on_the_sample_data(tmp_path: Path) -> None
     (released,) = document["releases"]
     assert released["name"] == "mean" and released["statistic"] == "mean", released
     assert 20 <= released["value"] <= 200
-    assert released["contribution_bounds"]["max_contributions_per_unit"] == 1  # the default
+    bounds = released["contribution_bounds"]  # the default: chosen privately (auto)
+    assert bounds["max_contributions_cap"] >= bounds["max_contributions_per_unit"] >= 1, bounds
+    assert released["accuracy"]["epsilon_bound_choice"] == pytest.approx(0.1)
     assert document["budget"]["epsilon_spent"] == 1.0
     on_disk = json.loads((tmp_path / "out" / "release.json").read_text())
     assert on_disk["releases"][0]["value"] == released["value"]

@@ -51,7 +51,8 @@ def test_integer_column_gets_the_integer_grid_and_auto_bound(
         )
     assert specs[0].params["resolution"] == "1" and specs[0].params["max_contributions"] == "auto"
     assert specs[1].params["resolution"] == "1"
-    assert "resolution" not in specs[2].params and "max_contributions" not in specs[2].params
+    # the mean: rows per person chosen privately too, its grid left alone
+    assert "resolution" not in specs[2].params and specs[2].params["max_contributions"] == "auto"
     text = caplog.text
     assert "grid on the multiples of 1" in text and "an integer" in text
     assert str(SECRET) not in text and "600" not in text
@@ -217,3 +218,17 @@ def test_the_grid_follows_most_files_schemas(
             f"in {integer_files} of {integer_files + float_files} files, float in the rest"
             in caplog.text
         )
+
+
+def test_a_mean_with_a_public_n_or_its_own_bound_keeps_it(integers: str) -> None:
+    specs = [spec(name="a", type="mean", n=600), spec(name="b", type="mean", max_contributions=3)]
+    apply_quantile_defaults(
+        specs, input_pattern=integers, input_format=None, privacy_unit="user_id"
+    )
+    assert "max_contributions" not in specs[0].params  # 1: a public n fixes the rows kept
+    assert specs[1].params["max_contributions"] == 3
+    record_level = [spec(name="c", type="mean")]
+    apply_quantile_defaults(
+        record_level, input_pattern=integers, input_format=None, privacy_unit=None
+    )
+    assert "max_contributions" not in record_level[0].params
