@@ -3,7 +3,8 @@
 Utilities and privacy
 ---------------------
 ``replace`` (``n`` public): :class:`~beam_dp.scores.MeanScore`'s exact integer scores of
-``-|T(x) - r|`` (seed 004) with ``T`` the centred sum over the public ``n``,
+``-|T(x) - r|`` (docs/mechanisms.md, "Scores and their sensitivities") with ``T`` the
+centred sum over the public ``n``,
 ``T = mid + sum_i (x_i - mid) / n`` (``mid`` the middle of ``[lower, upper]``, clamped to it),
 which is the mean when ``n`` values are kept and is defined whatever the count (so the release
 never fails on the data); sensitivity ``k (upper - lower) / n`` (proved in ``MeanScore``).
