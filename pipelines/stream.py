@@ -7,7 +7,8 @@
         [--stop_file PATH] [--ledger URL --dataset NAME] --runner FlinkRunner --streaming
 
 The config is the release job's (``python -m pipelines.release --help``): ``[input]`` (its
-``path`` is replaced by ``--landing``), ``[budget]`` (the budget of ONE window) and the
+``path`` is replaced by ``--landing``), ``[budget]`` (each person's budget over the whole job:
+each window's releases spend it divided by ``--max_windows_per_unit``) and the
 ``[[statistics]]``. What the job does, in order:
 
 * **Windows.** Records go to fixed windows of ``--window_seconds``: by the time their file was
@@ -44,10 +45,11 @@ The config is the release job's (``python -m pipelines.release --help``): ``[inp
   nothing; the outputs say so. ``history`` shows one run per window.
 * **Each person across windows.** Every statistic keeps each person's records in at most
   ``max_windows_per_unit`` windows over the job's life (``[stream]``-wide, from the flag of
-  that name; the pipeline's per-person state), and each window's release runs at the window's
-  budget divided by that bound. A person's loss over the whole job is at most the window's
+  that name; the pipeline's per-person state), and each window's release runs at the config's
+  budget divided by that bound. A person's loss over the whole job is at most the config's
   budget; the ledger charges every window its share (``budget / max_windows_per_unit``), so
-  what it shows spent is an upper bound.
+  what it shows spent is an upper bound. The summary printed at the end says both: ``budget
+  per window`` (the share) and each person's bound over the job.
 * **A shard landing twice: the bounds alone.** Rows are bounded per person, whatever file
   they come from: however often a person's rows land (a shard rewritten under the same name
   and read again, a copy under a new name), they count in at most ``max_windows_per_unit``
