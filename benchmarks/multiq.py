@@ -186,12 +186,12 @@ def anchors_table(
                         f"{cell.mean_worst:.1f} | {cell.mean:.1f} | {cell.cpu_seconds:.3f} |"
                     )
                 best = min(cells[method].worst for method in METHODS[1:])
-                ratio = cells["beam-dp"].worst / best if best > 0 else float("inf")
-                if cells["beam-dp"].worst > 0.8 * best:
+                ours = cells["beam-dp"].worst
+                ratio = ours / best if best > 0 else (1.0 if ours == 0 else float("inf"))
+                if ours > 0.8 * best:
                     above.append((column.name, epsilon, m, ratio))
-                print(
-                    f"| {column.name} | {epsilon:g} | {m} | ratio | {ratio:.2f} | | | |", flush=True
-                )
+                label = f"{ratio:.2f}" if best > 0 or ours > 0 else "(both 0)"
+                print(f"| {column.name} | {epsilon:g} | {m} | ratio | {label} | | | |", flush=True)
     print("\nbeam-dp's max error > 0.8x the best anchor's:", above or "none")
     return above
 
