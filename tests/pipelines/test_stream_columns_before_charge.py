@@ -55,3 +55,51 @@ def test_a_misspelt_column_in_a_stream_charges_nothing(
         runs, _ = ledger.history("people")
     assert runs == []
     assert not (tmp_path / "state" / "windows").exists()
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["shard-landed", "nothing-landed-yet"])
+@pytest.mark.parametrize(
+    ("unit", "value", "extra", "named", "nearest"),
+    [
+        ("user", "weight", (), "user", "user_id"),
+        ("user_id", "wieght", (), "wieght", "weight"),
+        ("user_id", "weight", ("--event_time", "tss"), "tss", "ts"),
+    ],
+)
+def test_json_lines_with_declared_fields_charge_nothing_on_a_typo(
+    tmp_path: Path,
+    landed: bool,
+    unit: str,
+    value: str,
+    extra: tuple[str, ...],
+    named: str,
+    nearest: str,
+) -> None:
+    # JSON lines have no schema: the operator's json_fields stand for one, and are checked
+    # before any grant, even before the first shard lands.
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    if landed:
+        (landing / "shard-0.jsonl").write_text('{"user_id": "u1", "weight": 50.0, "ts": 1.0}\n')
+    url = f"sqlite://{tmp_path / 'budget.db'}"
+    budget.run(["create", "--ledger", url, "--dataset", "people", "--input", str(landing),
+                "--epsilon", "2"], out=io.StringIO())  # fmt: skip
+    config = _config(tmp_path, unit, value)
+    config.write_text(
+        config.read_text().replace(
+            'format = "csv"', 'format = "jsonl"\njson_fields = ["user_id", "weight", "ts"]'
+        )
+    )
+    argv = ["--config", str(config), "--landing", f"{landing}/*.jsonl",
+            "--state", str(tmp_path / "state"), "--output", str(tmp_path / "out"),
+            "--window_seconds", "60", "--ledger", url, "--dataset", "people",
+            "--runner", "FlinkRunner", *extra]  # fmt: skip
+    with pytest.raises(BadRecordError) as raised:
+        stream.run(argv)
+    message = str(raised.value)
+    assert f"'{named}'" in message and f"'{nearest}'" in message, message
+    assert "declared fields (json_fields)" in message, message
+    with open_ledger(url) as ledger:
+        runs, _ = ledger.history("people")
+    assert runs == []
+    assert not (tmp_path / "state" / "windows").exists()
