@@ -1,6 +1,6 @@
-"""The jobs guide's commands (docs/jobs.md) run one after another on a fresh clone, right after `make run`
-(issue 22, item 8): each in a copy of the repository's layout, with `make run`'s output in
-place first, exactly as written (only `.venv/bin/python` becomes this interpreter)."""
+"""The jobs guide's commands (docs/jobs.md) run one after another on a fresh clone, right
+after `make run`: each in a copy of the repository's layout, with `make run`'s output in place
+first, exactly as written (only `.venv/bin/python` becomes this interpreter)."""
 
 from __future__ import annotations
 

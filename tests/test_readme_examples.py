@@ -1,7 +1,7 @@
-"""The library guide's "In your own pipeline" examples (docs/library.md) run as written (issue 24), one after another in
-one namespace, in a fresh folder: per-record elements, windows, releases written by Beam's own
-sink. Only the runner is chosen here: the in-process FnApiRunner, which the DirectRunner falls
-back to offline after trying to fetch Prism."""
+"""The library guide's "In your own pipeline" examples (docs/library.md) run as written, one
+after another in one namespace, in a fresh folder: per-record elements, windows, releases
+written by Beam's own sink. Only the runner is chosen here: the in-process FnApiRunner, which
+the DirectRunner falls back to offline after trying to fetch Prism."""
 
 from __future__ import annotations
 
