@@ -76,12 +76,15 @@ _ORIGINAL_ADMIT = WindowAdmissions.admit
 def _background(w: int) -> list[dict[str, Any]]:
     """Window ``w``'s own units (one row each, within every bound). Sizes and the common
     value differ per window (so each window's release is told apart), the adversary's site is
-    rare, and most values sit at one high point: the output laws are concentrated there, where
-    one unit's loss comes close to its window's share (the adversary's values are low)."""
+    rare, and most values sit at one high value between two grid points (72.5 + 5 w: no grid
+    point holds a tied block, which the tie-aware score would pin at 0 in both neighbours):
+    the output laws are concentrated on the two grid points around it, whose scores move in
+    opposite directions, so one unit's loss comes close to its window's share (the adversary's
+    values are low)."""
     rows = []
     for u in range(200 + 20 * w):
         site = SITES[(0, 1, 0, 2, 4, 0, 1)[u % 7]]
-        value = 70.0 + 5 * w if u % 7 else float((17 * u + 11 * w) % 101)
+        value = 72.5 + 5 * w if u % 7 else float((17 * u + 11 * w) % 101)
         rows.append({"user": 7000 + 1000 * w + u, "site": site, "value": value})
     return rows
 
