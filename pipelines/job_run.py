@@ -241,26 +241,8 @@ def check_input_columns(
         input_format=input_format,
         on_bad_record=on_bad_record,
         json_fields=json_fields,
+        pattern=input_pattern if isinstance(input_pattern, str) else None,
     )
-
-
-def check_declared_json_columns(
-    pattern: str,
-    columns: Sequence[NamedColumn],
-    input_format: str | None,
-    json_fields: Sequence[str],
-) -> None:
-    """The named columns against the operator's ``json_fields`` when ``pattern`` names JSON
-    lines (its suffix, else ``input_format``), whether or not a file matches it yet: the
-    stream job's landing pattern before its first shard lands."""
-    from beam_dp.io.readers import file_format
-
-    try:
-        fmt = file_format(pattern, input_format)
-    except ValueError:
-        return  # the format is told by each file as it lands
-    if fmt == "jsonl":
-        check_export_columns([pattern], columns, input_format=fmt, json_fields=json_fields)
 
 
 def _export_resolution(

@@ -195,12 +195,7 @@ from pipelines._state import LOG
 from pipelines.cli import SKIP_HINT_CONFIG, cli
 from pipelines.execute import PlannedRelease, ReleaseCheckError, check_releases
 from pipelines.flags import JOB_EPILOG, add_operator_arguments, job_parser, parse_args
-from pipelines.job_run import (
-    check_declared_json_columns,
-    check_input_columns,
-    check_privacy_unit,
-    named_columns,
-)
+from pipelines.job_run import check_input_columns, check_privacy_unit, named_columns
 from pipelines.ledger_charge import check_ledger_flags
 from pipelines.release import config_keys_help, load_config
 from pipelines.statistics import StatisticSpec, spec_from_config
@@ -1336,8 +1331,6 @@ def run(
         on_bad_record=on_bad_record,
         json_fields=json_fields,
     )
-    if json_fields is not None:  # JSON lines yet to land: their declared fields, no file read
-        check_declared_json_columns(args.landing, named, source_table.get("format"), json_fields)
     state = StreamState(args.state)
     identity = _job_identity(args, Path(args.config).read_bytes())
     job_id, known, attempts = _open_state(state, identity)

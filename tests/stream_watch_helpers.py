@@ -158,7 +158,10 @@ def planned(release: dict[str, Any]) -> str:
     kept = {k: v for k, v in release.items() if k not in _SAMPLED}
     if isinstance(kept.get("interval"), dict):
         kept["interval"] = {
-            k: v for k, v in kept["interval"].items() if k not in ("lower", "upper")
+            k: v
+            for k, v in kept["interval"].items()
+            # the ends are sampled, and so are their widths over the public range and the note
+            if k not in ("lower", "upper", "share_of_public_range", "note")
         }
     return json.dumps(kept, sort_keys=True)
 

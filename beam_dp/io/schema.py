@@ -471,6 +471,7 @@ def check_export_columns(
     input_format: str | None = None,
     on_bad_record: str = "fail",
     json_fields: Sequence[str] | None = None,
+    pattern: str | None = None,
 ) -> None:
     """Check every named column against every file's schema or header: public facts only.
 
@@ -495,6 +496,9 @@ def check_export_columns(
             (the reader skips it as undecodable); ``"fail"`` names it.
         json_fields: the JSON lines files' field names as the operator declares them, or
             None (JSON lines columns then checked when read).
+        pattern: the location the files come from (a stream's landing pattern); with
+            ``json_fields``, when it names JSON lines (its suffix, else ``input_format``), the
+            columns are checked against the declared fields even if no file has landed yet.
 
     Raises:
         BadRecordError: one line naming the file, the column and how it was named, and the
@@ -513,7 +517,14 @@ def check_export_columns(
             raise ValueError(
                 "'json_fields' must list the JSON lines files' field names (non-empty texts)"
             )
-    for path in paths:
+    checked = list(paths)
+    if json_fields is not None and pattern is not None:
+        try:
+            if file_format(pattern, input_format) == "jsonl":
+                checked.append(pattern)  # its declared fields: no file is opened
+        except ValueError:
+            pass  # each file tells its format as it lands
+    for path in checked:
         fields = _file_fields(
             path, file_format(path, input_format), on_bad_record == "skip", json_fields
         )

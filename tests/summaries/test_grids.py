@@ -82,8 +82,12 @@ def test_resolution_type_errors() -> None:
 
 
 def _best(grid: Grid, values: np.ndarray, alpha: float = 0.5) -> tuple[list[float], int]:
-    less, greater = less_greater(grid.histogram(values).counts())
-    scores = QuantileScore(alpha=alpha, grid=grid.points).compute_from_counts(less, greater)
+    counts = grid.histogram(values).counts()
+    less, greater = less_greater(counts)
+    equal = np.asarray(counts)[1::2]  # each grid point's own (tied) count
+    scores = QuantileScore(alpha=alpha, grid=grid.points).compute_from_counts(
+        less, greater, equal=equal
+    )
     top = scores.max()
     return grid.points[scores == top].tolist(), int(top)
 
