@@ -41,7 +41,6 @@ import copy
 import dataclasses
 import sys
 import types
-import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -59,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import test_call_sites as cs
 import test_end_to_end_audit as e2e
+from random_logs import WorkLog
 
 import beam_dp.mechanisms.cdf.release
 import beam_dp.mechanisms.partition_selection
@@ -67,7 +66,6 @@ from beam_dp.beam.key_selection import SelectCandidates
 from beam_dp.beam.quantiles import PrivateQuantiles
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.cdf.ks import Sampler
-from beam_dp.mechanisms.randomness import InsecureSeededRandom
 from beam_dp.summaries.quantiles import joint
 from beam_dp.summaries.quantiles.joint import select_pair
 
@@ -89,45 +87,6 @@ CALL_SITES = frozenset(
 KNOWN_UNEQUAL: dict[tuple[str, str], str] = {}
 
 # ------------------------------------------------------------------------ the replay source
-
-
-class WorkLog(InsecureSeededRandom):
-    """A seeded source that logs every request, at every depth (a request made inside another
-    is logged too): each pass of a sampler's loops asks for bits, so the log counts them."""
-
-    def __init__(self, seed: int) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            super().__init__(seed)
-        self.log: list[tuple[Any, ...]] = []
-
-    def random_bytes(self, n: int) -> bytes:
-        self.log.append(("bytes", n))
-        return super().random_bytes(n)
-
-    def words16(self, n: int) -> npt.NDArray[np.uint16]:
-        self.log.append(("words16", n))
-        return super().words16(n)
-
-    def words32(self, n: int) -> npt.NDArray[np.uint32]:
-        self.log.append(("words32", n))
-        return super().words32(n)
-
-    def words64(self, n: int) -> npt.NDArray[np.uint64]:
-        self.log.append(("words64", n))
-        return super().words64(n)
-
-    def below(self, bound: int, n: int) -> npt.NDArray[np.int64]:
-        self.log.append(("below", int(bound), int(n)))
-        return super().below(bound, n)
-
-    def below_each(self, bounds: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        self.log.append(("below_each", tuple(np.asarray(bounds).tolist())))
-        return super().below_each(bounds)
-
-    def randbelow(self, bound: int) -> int:
-        self.log.append(("randbelow", int(bound)))
-        return super().randbelow(bound)
 
 
 # ------------------------------------------------------------------------------ the capture

@@ -9,11 +9,11 @@ import random
 import warnings
 from decimal import Decimal, getcontext
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+from random_logs import WorkLog
 from stats_helpers import chi_square_pvalue
 
 from beam_dp.mechanisms.dyadic import (
@@ -32,32 +32,6 @@ from beam_dp.summaries.quantiles.joint import (
 )
 
 ALPHAS = (Fraction(1, 4), Fraction(3, 4))
-
-
-class Logged(InsecureSeededRandom):
-    """A seeded source that logs every request (method and size or bound)."""
-
-    def __init__(self, seed: int) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            super().__init__(seed)
-        self.log: list[tuple[Any, ...]] = []
-
-    def random_bytes(self, n: int) -> bytes:
-        self.log.append(("bytes", n))
-        return super().random_bytes(n)
-
-    def words64(self, n: int) -> npt.NDArray[np.uint64]:
-        self.log.append(("words64", n))
-        return super().words64(n)
-
-    def below(self, bound: int, n: int) -> npt.NDArray[np.int64]:
-        self.log.append(("below", int(bound), int(n)))
-        return super().below(bound, n)
-
-    def randbelow(self, bound: int) -> int:
-        self.log.append(("randbelow", int(bound)))
-        return super().randbelow(bound)
 
 
 def seeded(seed: int) -> InsecureSeededRandom:
@@ -95,7 +69,7 @@ def test_select_pair_makes_the_same_requests_on_any_scores_of_one_size(rate: Fra
         logs = {}
         for name, counts in HISTOGRAMS.items():
             first, second = scores_of(np.asarray(counts, dtype=np.int64))
-            source = Logged(seed)
+            source = WorkLog(seed)
             select_pair(first, second, rate, source)
             logs[name] = source.log
         reference = logs["uniform"]
