@@ -1,14 +1,17 @@
 """beam-dp: differentially private selections from Apache Beam pipelines.
 
-The public surface is :data:`__all__`: the private transforms (each a namespace with
-``.Globally`` and ``.PerKey``, as Beam's own combiners), DP key selection, the budget, the
-release records, the readers and outputs the jobs use, and the errors. The persistent budget
-ledger is the documented subpackage :mod:`beam_dp.ledger`. Everything else is internal; the
+The public surface is :data:`__all__`: what a pipeline author uses - the private transforms
+(each a namespace with ``.Globally`` and ``.PerKey``, as Beam's own combiners), their options,
+DP key selection, the budget, the release types, the export reader and release writers, and the
+errors. The persistent budget ledger is the documented subpackage :mod:`beam_dp.ledger`; what
+the command-line jobs use beyond that is :mod:`beam_dp.jobs`. Everything else is internal; the
 layers are drawn in ``docs/architecture.md`` and the privacy rules of units, keys and windows
 are in ``docs/privacy_rules.md``.
 
 A name loads its module on first use (PEP 562), so that importing a pure layer
-(``beam_dp.mechanisms``, ``beam_dp.summaries``, ...) never imports Apache Beam.
+(``beam_dp.mechanisms``, ``beam_dp.summaries``, ...) never imports Apache Beam. ``__all__`` is
+the one list of public names; the typing imports below and ``_WHERE`` are checked against it
+(``tests/pipelines/test_public_surface.py``).
 """
 
 from __future__ import annotations
@@ -18,17 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from beam_dp import telemetry as telemetry
-    from beam_dp._validation import check_relation as check_relation
     from beam_dp.accounting import BudgetShare as BudgetShare
     from beam_dp.accounting import LedgerEntry as LedgerEntry
     from beam_dp.accounting import PrivacyBudget as PrivacyBudget
     from beam_dp.batching import ContributionBounds as ContributionBounds
-    from beam_dp.batching import canonical_hash64 as canonical_hash64
-    from beam_dp.beam._contributions import WindowAdmissions as WindowAdmissions
     from beam_dp.beam._transform import PerKeyOptions as PerKeyOptions
     from beam_dp.beam._transform import PrivateOptions as PrivateOptions
-    from beam_dp.beam._transform import PrivateTransform as PrivateTransform
-    from beam_dp.beam._transform import read_labels as read_labels
     from beam_dp.beam.cdf import CDFValue as CDFValue
     from beam_dp.beam.cdf import PrivateCDF as PrivateCDF
     from beam_dp.beam.key_selection import KeySelection as KeySelection
@@ -44,48 +42,38 @@ if TYPE_CHECKING:
     from beam_dp.beam.selection import TopCandidates as TopCandidates
     from beam_dp.errors import BadRecordError as BadRecordError
     from beam_dp.errors import BeamDPError as BeamDPError
-    from beam_dp.errors import data_error as data_error
-    from beam_dp.io import FORMATS as FORMATS
     from beam_dp.io import ReadExport as ReadExport
     from beam_dp.io import SkippedFile as SkippedFile
     from beam_dp.io.outputs import RELEASE_AVRO_SCHEMA as RELEASE_AVRO_SCHEMA
-    from beam_dp.io.outputs import output_files as output_files
-    from beam_dp.io.outputs import write_outputs as write_outputs
     from beam_dp.io.release_rows import ReleaseRecords as ReleaseRecords
     from beam_dp.io.release_rows import ReleaseRow as ReleaseRow
     from beam_dp.io.release_rows import ReleaseRows as ReleaseRows
-    from beam_dp.io.report_format import chosen_bound as chosen_bound
-    from beam_dp.io.report_format import format_number as format_number
-    from beam_dp.io.report_format import format_share as format_share
-    from beam_dp.io.report_format import grid_step as grid_step
-    from beam_dp.io.schema import ColumnResolution as ColumnResolution
-    from beam_dp.io.schema import NamedColumn as NamedColumn
-    from beam_dp.io.schema import check_export_columns as check_export_columns
-    from beam_dp.io.schema import column_resolution as column_resolution
-    from beam_dp.io.schema import combine_resolutions as combine_resolutions
-    from beam_dp.io.watch import stream_runner as stream_runner
     from beam_dp.io.write_releases import WriteReleases as WriteReleases
     from beam_dp.release import Release as Release
-    from beam_dp.release import ledger_entries_to_record as ledger_entries_to_record
     from beam_dp.scores import Revenue as Revenue
     from beam_dp.summaries.histogram import Grid as Grid
 
+if TYPE_CHECKING:  # not public: see _FOR_THE_STREAM_JOB
+    from beam_dp.jobs import WindowAdmissions as WindowAdmissions
+    from beam_dp.jobs import canonical_hash64 as canonical_hash64
+    from beam_dp.jobs import data_error as data_error
+    from beam_dp.jobs import ledger_entries_to_record as ledger_entries_to_record
+    from beam_dp.jobs import stream_runner as stream_runner
+    from beam_dp.jobs import write_outputs as write_outputs
+
 __all__ = [
-    "FORMATS",
     "RELEASE_AVRO_SCHEMA",
     "BadRecordError",
     "BeamDPError",
     "BestPrice",
     "BudgetShare",
     "CDFValue",
-    "ColumnResolution",
     "ContributionBounds",
     "Election",
     "ExponentialSelect",
     "Grid",
     "KeySelection",
     "LedgerEntry",
-    "NamedColumn",
     "PerKeyOptions",
     "PrivacyBudget",
     "PrivateCDF",
@@ -95,7 +83,6 @@ __all__ = [
     "PrivateMin",
     "PrivateOptions",
     "PrivateQuantiles",
-    "PrivateTransform",
     "ReadExport",
     "Release",
     "ReleaseRecords",
@@ -105,24 +92,8 @@ __all__ = [
     "SelectCandidates",
     "SkippedFile",
     "TopCandidates",
-    "WindowAdmissions",
     "WriteReleases",
-    "canonical_hash64",
-    "check_export_columns",
-    "check_relation",
-    "chosen_bound",
-    "column_resolution",
-    "combine_resolutions",
-    "data_error",
-    "format_number",
-    "format_share",
-    "grid_step",
-    "ledger_entries_to_record",
-    "output_files",
-    "read_labels",
-    "stream_runner",
     "telemetry",
-    "write_outputs",
 ]
 
 #: Where each public name is defined (a module for ``telemetry``, the operator's switch).
@@ -140,11 +111,8 @@ _WHERE = {
     "ExponentialSelect": "beam_dp.beam.selection",
     "KeySelection": "beam_dp.beam.key_selection",
     "SelectCandidates": "beam_dp.beam.key_selection",
-    "PrivateTransform": "beam_dp.beam._transform",
     "PrivateOptions": "beam_dp.beam._transform",
     "PerKeyOptions": "beam_dp.beam._transform",
-    "read_labels": "beam_dp.beam._transform",
-    "check_relation": "beam_dp._validation",
     "PrivacyBudget": "beam_dp.accounting",
     "BudgetShare": "beam_dp.accounting",
     "LedgerEntry": "beam_dp.accounting",
@@ -152,38 +120,34 @@ _WHERE = {
     "Grid": "beam_dp.summaries.histogram",
     "Revenue": "beam_dp.scores",
     "Release": "beam_dp.release",
-    "ledger_entries_to_record": "beam_dp.release",
     "BeamDPError": "beam_dp.errors",
     "BadRecordError": "beam_dp.errors",
-    "data_error": "beam_dp.errors",
     "ReadExport": "beam_dp.io",
     "SkippedFile": "beam_dp.io",
-    "FORMATS": "beam_dp.io",
-    "write_outputs": "beam_dp.io.outputs",
-    "output_files": "beam_dp.io.outputs",
     "RELEASE_AVRO_SCHEMA": "beam_dp.io.outputs",
     "ReleaseRows": "beam_dp.io.release_rows",
     "ReleaseRecords": "beam_dp.io.release_rows",
     "ReleaseRow": "beam_dp.io.release_rows",
     "WriteReleases": "beam_dp.io.write_releases",
-    "ColumnResolution": "beam_dp.io.schema",
-    "column_resolution": "beam_dp.io.schema",
-    "combine_resolutions": "beam_dp.io.schema",
-    "chosen_bound": "beam_dp.io.report_format",
-    "NamedColumn": "beam_dp.io.schema",
-    "check_export_columns": "beam_dp.io.schema",
-    "format_number": "beam_dp.io.report_format",
-    "format_share": "beam_dp.io.report_format",
-    "grid_step": "beam_dp.io.report_format",
-    "WindowAdmissions": "beam_dp.beam._contributions",
-    "canonical_hash64": "beam_dp.batching",
-    "stream_runner": "beam_dp.io.watch",
     "telemetry": "beam_dp.telemetry",
 }
 
+#: Names of :mod:`beam_dp.jobs` that pipelines/stream.py still imports from here: not public,
+#: and gone once stream.py imports them from beam_dp.jobs (with the second TYPE_CHECKING block).
+_FOR_THE_STREAM_JOB = frozenset(
+    {
+        "WindowAdmissions",
+        "canonical_hash64",
+        "data_error",
+        "ledger_entries_to_record",
+        "stream_runner",
+        "write_outputs",
+    }
+)
+
 
 def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
+    where = "beam_dp.jobs" if name in _FOR_THE_STREAM_JOB else _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'beam_dp' has no attribute {name!r}")
     module = importlib.import_module(where)

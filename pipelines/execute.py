@@ -70,15 +70,8 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.pvalue import PCollection
 
-from beam_dp import (
-    BeamDPError,
-    LedgerEntry,
-    PrivacyBudget,
-    Release,
-    ledger_entries_to_record,
-    telemetry,
-    write_outputs,
-)
+from beam_dp import BeamDPError, LedgerEntry, PrivacyBudget, Release, telemetry
+from beam_dp.jobs import ledger_entries_to_record, write_outputs
 from pipelines._state import LOG, STATE
 
 __all__ = [

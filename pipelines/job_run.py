@@ -27,13 +27,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.pvalue import PCollection
 
-from beam_dp import (
-    BadRecordError,
+from beam_dp import BadRecordError, PrivacyBudget, ReadExport, SkippedFile
+from beam_dp.jobs import (
     ColumnResolution,
     NamedColumn,
-    PrivacyBudget,
-    ReadExport,
-    SkippedFile,
     check_export_columns,
     column_resolution,
     combine_resolutions,

@@ -50,7 +50,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from beam_dp import FORMATS, PrivacyBudget
+from beam_dp import PrivacyBudget
+from beam_dp.jobs import FORMATS
 from pipelines.cli import SKIP_HINT_CONFIG, cli
 from pipelines.flags import (
     JOB_EPILOG,

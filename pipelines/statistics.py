@@ -42,12 +42,10 @@ from beam_dp import (
     PrivateMedian,
     PrivateMin,
     PrivateQuantiles,
-    PrivateTransform,
     Revenue,
     TopCandidates,
-    check_relation,
-    read_labels,
 )
+from beam_dp.jobs import PrivateTransform, check_relation, read_labels
 
 __all__ = [
     "CONFIG_KEYS",

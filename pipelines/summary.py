@@ -18,7 +18,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from beam_dp import chosen_bound, format_number, format_share, grid_step
+from beam_dp.jobs import chosen_bound, format_number, format_share, grid_step
 
 __all__ = ["print_summary"]
 
