@@ -21,7 +21,6 @@ from beam_dp.beam._transform import PrivateTransform, read_labels
 from beam_dp.errors import data_error
 from beam_dp.io import FORMATS
 from beam_dp.io.outputs import write_outputs
-from beam_dp.io.report_format import chosen_bound, format_number, format_share, grid_step
 from beam_dp.io.schema import (
     ColumnResolution,
     NamedColumn,
@@ -31,6 +30,7 @@ from beam_dp.io.schema import (
 )
 from beam_dp.io.watch import stream_runner
 from beam_dp.release import ledger_entries_to_record
+from beam_dp.report.formatting import chosen_bound, format_number, format_share, grid_step
 
 __all__ = [
     "FORMATS",

@@ -2,8 +2,8 @@
 
 Everything in it is released (the values, their ledger entries and accuracy bounds) or
 public (names, keys, the budget). Numbers print by the report's one rule
-(:func:`beam_dp.io.report_format.format_number`: a value at its grid's resolution, enough
-decimals to tell neighbouring grid points apart; :func:`~beam_dp.io.report_format.format_share`:
+(:func:`beam_dp.report.formatting.format_number`: a value at its grid's resolution, enough
+decimals to tell neighbouring grid points apart; :func:`~beam_dp.report.formatting.format_share`:
 ε, δ and shares as short decimals); a cell wider than its column wraps onto more lines, a
 number is never cut.
 """

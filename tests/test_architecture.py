@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "beam_dp"
-PURE_LAYERS = ["mechanisms", "scores", "accounting", "summaries", "batching"]
+PURE_LAYERS = ["mechanisms", "scores", "accounting", "summaries", "batching", "report"]
 
 
 def _imports(path: Path) -> set[str]:

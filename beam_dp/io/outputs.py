@@ -67,7 +67,7 @@ import fastavro
 from apache_beam.io.filesystems import FileSystems
 
 from beam_dp.errors import BeamDPError
-from beam_dp.io.report import render_report
+from beam_dp.report import render_report
 
 __all__ = [
     "MANIFEST_FILE",
@@ -598,7 +598,7 @@ def _release_avro(document: Mapping[str, Any]) -> bytes:
 
 
 def output_files(document: Mapping[str, Any]) -> dict[str, bytes]:
-    """The three output files' bytes (``report.html``: :mod:`beam_dp.io.report`).
+    """The three output files' bytes (``report.html``: :mod:`beam_dp.report.page`).
 
     **Privacy**: built from ``document`` only (released values and public parameters).
     """

@@ -33,8 +33,8 @@ from apache_beam.transforms.combiners import ToList
 
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.io.outputs import OUTPUT_FILES, RELEASE_AVRO_SCHEMA, release_avro_rows
-from beam_dp.io.report import render_report
 from beam_dp.release import Release, ledger_entries_to_record, release_document
+from beam_dp.report import render_report
 
 __all__ = ["WriteReleases"]
 

@@ -12,7 +12,7 @@ import pytest
 from export_helpers import write_export
 
 from beam_dp.io.outputs import read_release_avro
-from beam_dp.io.report_format import format_number
+from beam_dp.report.formatting import format_number
 from pipelines import release
 from pipelines.statistics import spec_from_config
 from pipelines.summary import print_summary

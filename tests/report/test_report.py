@@ -19,8 +19,9 @@ import pytest
 from beam_dp.accounting import PrivacyBudget
 from beam_dp.beam.cdf import PrivateCDF
 from beam_dp.io.outputs import write_outputs
-from beam_dp.io.report import format_number, format_share, grid_decimals, render_report
 from beam_dp.release import Release, make_release, release_document
+from beam_dp.report import render_report
+from beam_dp.report.formatting import format_number, format_share, grid_decimals
 
 _LONG_KEY = "Ελλάδα-" + "x" * 150  # one unbroken 157-character word: must wrap, not overflow
 

@@ -219,7 +219,7 @@ def test_every_panel_fits_its_box_on_real_grids(width: int, tmp_path: Path) -> N
 
 
 def test_one_cdf_lists_its_29_quantiles_down_and_many_cdfs_across() -> None:
-    from beam_dp.io.report import render_report
+    from beam_dp.report import render_report
 
     page = render_report(real_grid_document())
     one = re.search(r'id="release-spend_cdf">(.*?)</section>', page, re.S)

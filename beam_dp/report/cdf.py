@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beam_dp.io.report_format import (
+from beam_dp.report.formatting import (
     _PALETTE,
     _axis_ticks,
     _bound,

@@ -15,18 +15,19 @@ record), then one panel per statistic (releases sharing a name), each on its own
   printed large instead of drawn alone on an axis;
 * labels (an election winner, a top-k list): the label, or a ranked list, one row per key;
 * a private CDF (``statistic`` ``"cdf"``, a value with ``steps`` and ``cdf``): its step plot
-  as one inline SVG path per release (up to :data:`MAX_CDF_CURVES`; the band ``F ± D`` of the
-  stated KS distance when there is one curve), and a table of quantiles read from the released
-  CDF (the requested ones, else the deciles and quartiles: post-processing of released values).
+  as one inline SVG path per release (up to :data:`~beam_dp.report.cdf.MAX_CDF_CURVES`; the
+  band ``F ± D`` of the stated KS distance when there is one curve), and a table of quantiles
+  read from the released CDF (the requested ones, else the deciles and quartiles:
+  post-processing of released values).
 
 **Privacy**: everything on the page is a released value or a public parameter taken from the
 release document (the releases' ``value``, ``key``, ``window``, mechanism, ε, δ, bounds and
 accuracy, and the budget); the axes' ranges are computed from released values only. No score,
 count or record is read here.
 
-Numbers are printed at the grid's resolution (:mod:`beam_dp.io.report_format`, which also holds
-the style sheet); the panels are :mod:`beam_dp.io.report_panels` (numbers, labels, budget) and
-:mod:`beam_dp.io.report_cdf` (the private CDF); this module groups releases into panels and
+Numbers are printed at the grid's resolution (:mod:`beam_dp.report.formatting`, which also holds
+the style sheet); the panels are :mod:`beam_dp.report.panels` (numbers, labels, budget) and
+:mod:`beam_dp.report.cdf` (the private CDF); this module groups releases into panels and
 assembles the page.
 """
 
@@ -35,23 +36,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beam_dp.io.report_cdf import (
-    MAX_CDF_CURVES,
+from beam_dp.report.cdf import (
     _cdf_accuracy_block,
     _cdf_of,
     _cdf_panel_body,
 )
-from beam_dp.io.report_format import (
+from beam_dp.report.formatting import (
     _STYLE,
     _e,
     _param,
     _plural,
-    format_number,
-    format_share,
-    grid_decimals,
 )
-from beam_dp.io.report_panels import (
-    VALUE_ERROR_KEYS,
+from beam_dp.report.panels import (
     _accuracy_block,
     _budget_panel,
     _label_panel_body,
@@ -59,14 +55,7 @@ from beam_dp.io.report_panels import (
     _numeric_panel_body,
 )
 
-__all__ = [
-    "MAX_CDF_CURVES",
-    "VALUE_ERROR_KEYS",
-    "format_number",
-    "format_share",
-    "grid_decimals",
-    "render_report",
-]
+__all__ = ["render_report"]
 
 
 # ----------------------------------------------------------------------- page

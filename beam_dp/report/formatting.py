@@ -1,6 +1,6 @@
 """How ``report.html`` prints: its style sheet, numbers, escaped text and axis ticks.
 
-The helpers every panel of :mod:`beam_dp.io.report` shares: the CSS (plain CSS, no script, no
+The helpers every panel of :mod:`beam_dp.report.page` shares: the CSS (plain CSS, no script, no
 image), the palette, number and label formatting, HTML escaping and the tick and range rules of
 a horizontal axis.
 

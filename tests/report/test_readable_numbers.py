@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from beam_dp.accounting import PrivacyBudget
-from beam_dp.io.report import render_report
-from beam_dp.io.report_format import (
+from beam_dp.release import ReleaseInterval, make_release, release_document
+from beam_dp.report import render_report
+from beam_dp.report.formatting import (
     format_number,
     format_share,
     grid_decimals,
     separating_decimals,
 )
-from beam_dp.release import ReleaseInterval, make_release, release_document
 from pipelines.summary import print_summary
 
 # the grids: 10^6 points over [0, 3558.388558388559] and over [0, 100]

@@ -9,7 +9,7 @@
 * labels (an election winner, a top-k list): the label, or a ranked list, one row per key;
 * the budget: each share, the total, what is left and, with a ledger, the dataset's record.
 
-The private CDF's panel is :mod:`beam_dp.io.report_cdf`.
+The private CDF's panel is :mod:`beam_dp.report.cdf`.
 
 **Privacy**: everything drawn is a released value or a public parameter taken from the release
 document (values, keys, windows, mechanism, ε, δ, bounds, accuracy, the budget); an axis range
@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beam_dp.io.report_format import (
+from beam_dp.report.formatting import (
     _PALETTE,
     _at,
     _axis_range,
