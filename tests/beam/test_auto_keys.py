@@ -84,6 +84,13 @@ def _data(seed: int = 1) -> list[pa.RecordBatch]:
     ]
 
 
+# The grid of the tests that look only at the key choice, the re-bound and the budget split
+# (not at a released value's accuracy): the quantile default (10^6 points) costs about 2 s of
+# exact sampling per key and release, and none of what they check depends on the grid's size
+# (the keys' histogram, the choice and the re-bound run before the release, on the same path).
+SMALL_GRID = 1_001
+
+
 def _per_key(cls: Any, **options: Any) -> Any:
     base: dict[str, Any] = {
         "lower": 0.0,
@@ -100,7 +107,9 @@ def _per_key(cls: Any, **options: Any) -> Any:
 
 def test_auto_keys_chooses_few_keys_and_each_key_gets_the_window_budget_over_them(run: Any) -> None:
     batches = _data()
-    releases = run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian))
+    releases = run(
+        lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, num_points=SMALL_GRID)
+    )
     assert sorted(r.key for r in releases) == KEYS
     chosen = {int(r.ledger.contribution_bounds["max_keys_per_unit"]) for r in releases}
     assert len(chosen) == 1  # one choice per window, shared by every key
@@ -173,7 +182,11 @@ def test_the_key_choice_sees_one_count_per_unit_and_its_exact_pmf_loses_at_most_
     added."""
     seen = spy_on_choices(monkeypatch, tmp_path / "spy")
     batches = _data(3)
-    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, epsilon=2.0))
+    run(
+        lambda p: (
+            p | beam.Create(batches) | _per_key(PrivateMedian, epsilon=2.0, num_points=SMALL_GRID)
+        )
+    )
     ((counts, kwargs),) = seen()
     assert counts.size == 9 and counts.sum() == 3000  # one count per person, keys capped at 8
     assert counts[1] + counts[2] == 3000  # everyone holds 1 or 2 keys
@@ -204,8 +217,12 @@ def test_the_keys_re_bound_uses_the_runs_salt_when_one_is_given(
 
     monkeypatch.setattr(grid, "rebound_keys", recording)
     batches = _data()[:2]
-    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, salt=424242))
+    run(
+        lambda p: (
+            p | beam.Create(batches) | _per_key(PrivateMedian, salt=424242, num_points=SMALL_GRID)
+        )
+    )
     assert salts and set(salts) == {424242}
     salts.clear()
-    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian))
+    run(lambda p: p | beam.Create(batches) | _per_key(PrivateMedian, num_points=SMALL_GRID))
     assert salts and len(set(salts)) == 1  # no salt given: one fresh salt for the run
