@@ -149,6 +149,7 @@ advancing with the clock; the same landings give the same windows, rows and plan
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -156,6 +157,8 @@ import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -170,7 +173,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from apache_beam.coders import PickleCoder
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import (
+    FlinkRunnerOptions,
+    GoogleCloudOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 from apache_beam.pvalue import PCollection
 from apache_beam.transforms import window as beam_window
 from apache_beam.transforms.combiners import ToListCombineFn
@@ -887,7 +895,7 @@ class StreamJob:
             self._fail_window(index, record, f"its ledger run is {run_state}")
             return
         if run_id is not None and run_state == "reserved":
-            reservation = self._reservations.get(index) or self._resume(int(run_id))
+            reservation = self._reservations.pop(index, None) or self._resume(int(run_id))
             entries = ledger_entries_to_record(
                 [
                     Release(r["value"], LedgerEntry.from_dict(r), r.get("key"), r.get("window"))
@@ -907,6 +915,7 @@ class StreamJob:
         label = self.clock.label(index)
         self.errors.append(f"window {label}: {reason}")
         LOG.warning("window %s: not published (%s); it stays charged", label, reason)
+        self._reservations.pop(index, None)  # the driver keeps nothing of a settled window
         record = {**record, "status": "failed"}
         self.windows[index] = record
         self.state.set_window(index, record)
@@ -1209,6 +1218,12 @@ def _parser() -> argparse.ArgumentParser:
                         "run until stopped")  # fmt: skip
     parser.add_argument("--stop_file", metavar="PATH", default=None,
                         help="stop when this file exists. Default: none")  # fmt: skip
+    parser.add_argument("--cancel_timeout", type=float, default=DEFAULT_CANCEL_TIMEOUT,
+                        help="FlinkRunner on a cluster (--flink_master host:port): how long "
+                        "a stop waits for the pipeline's Flink job to end (cancelled through "
+                        "Flink's REST API), and a start for an earlier run's; past it the job "
+                        "fails naming the Flink job to cancel. Default "
+                        f"{DEFAULT_CANCEL_TIMEOUT:g} s")  # fmt: skip
     add_operator_arguments(parser)
     return parser
 
@@ -1263,6 +1278,199 @@ def _open_state(
     return str(job["id"]), state.windows(), state.attempts()
 
 
+# ----------------------------------------------------------- the DirectRunner's window state
+
+
+def _direct_window_pruning() -> tuple[Any, Any, type] | None:
+    """Beam's DirectRunner (2.77) evaluator of a streaming ``GroupByKey``, subclassed so that
+    it forgets a window's bookkeeping once that window is over; None if this Beam has not the
+    pieces (the pipeline then runs on Beam's own evaluator: right, but slower over time).
+
+    Why: Beam's streaming DirectRunner never forgets a fired window. Every key of a
+    ``GroupByKey`` keeps, per window it ever saw, the trigger's pane counters and tombstone and
+    the window in its list of windows, and copies all of it for every bundle that touches the
+    key (Beam's ``InMemoryUnmergedState.copy``): a key that is in every window (a
+    ``CombineGlobally``'s, a statistic's per-candidate keys) costs more per window as the
+    stream runs, and after about 120 two-second windows the job fell behind the clock.
+
+    What is forgotten, and why nothing changes: a window of a key that has fired (its pane
+    counter is set), holds no element nor watermark hold (nothing left to release), has no
+    timer left, and that the key's input watermark has passed by more than the allowed
+    lateness. Beam's trigger driver drops any later element of such a window unread (it is
+    expired), and no timer can fire for it, so its bookkeeping is never read again."""
+    try:
+        from apache_beam.runners.direct.direct_runner import _StreamingGroupAlsoByWindow
+        from apache_beam.runners.direct.transform_evaluator import (
+            TransformEvaluatorRegistry,
+            _StreamingGroupAlsoByWindowEvaluator,
+        )
+        from apache_beam.transforms.trigger import GeneralTriggerDriver, MergeableStateAdapter
+    except ImportError:
+        return None
+    window_ids = MergeableStateAdapter.WINDOW_IDS
+    tags = (
+        GeneralTriggerDriver.INDEX.tag,
+        GeneralTriggerDriver.ELEMENTS.tag,
+        "watermark",  # GeneralTriggerDriver's WATERMARK_HOLD (made per driver)
+    )
+
+    class ForgetEndedWindows(_StreamingGroupAlsoByWindowEvaluator):
+        def process_element(self, element: Any) -> None:
+            super().process_element(element)
+            try:
+                gbk: Any = self._applied_ptransform.transform
+                windowing = gbk.windowing
+                watermark = self._evaluation_context._watermark_manager.get_watermarks(
+                    self._applied_ptransform
+                ).input_watermark
+                raw = self._step_context.get_keyed_state(element.value.encoded_key)
+                _forget_ended_windows(raw, watermark, windowing.allowed_lateness, window_ids, tags)
+            except (AttributeError, KeyError, TypeError):  # another Beam: keep everything
+                return
+
+    return TransformEvaluatorRegistry, _StreamingGroupAlsoByWindow, ForgetEndedWindows
+
+
+@contextlib.contextmanager
+def forgetting_ended_windows() -> Iterator[bool]:
+    """While in this block, a DirectRunner pipeline started forgets its ended windows' state
+    (:func:`_direct_window_pruning`); yields whether it does (False: this Beam lacks the
+    pieces). Beam's DirectRunner chooses its evaluators when the run starts; the override is
+    Beam's own hook for that (``TransformEvaluatorRegistry._test_evaluators_overrides``), put
+    back as it was when the block ends."""
+    pruning = _direct_window_pruning()
+    if pruning is None:
+        yield False
+        return
+    registry, gabw, evaluator = pruning
+    saved = dict(registry._test_evaluators_overrides)
+    registry._test_evaluators_overrides = {**saved, gabw: evaluator}
+    try:
+        yield True
+    finally:
+        registry._test_evaluators_overrides = saved
+
+
+def _forget_ended_windows(
+    raw: Any, watermark: Any, lateness: Any, window_ids_tag: Any, tags: tuple[str, ...]
+) -> int:
+    """Drop, from one key's DirectRunner state, every window that is over (see
+    :func:`_direct_window_pruning`); returns how many were dropped. ``tags``: the trigger
+    driver's pane counter (set once the window fired), then the tags of what a window may
+    still hold to release (its elements, its watermark hold)."""
+    fired, *pending = tags
+    ids = raw.get_global_state(window_ids_tag, None)
+    if not isinstance(ids, dict):
+        return 0
+    ended = [
+        window
+        for window, numbers in ids.items()
+        if hasattr(window, "end")
+        and watermark > window.end + lateness
+        and all(not raw.timers.get(n) for n in numbers)
+        and any(raw.state.get(n, {}).get(fired) for n in numbers)
+        and not any(raw.state.get(n, {}).get(tag) for n in numbers for tag in pending)
+    ]
+    if not ended:
+        return 0
+    kept = dict(ids)
+    for window in ended:
+        for n in kept.pop(window):
+            raw.state.pop(n, None)
+            raw.timers.pop(n, None)
+    raw.set_global_state(window_ids_tag, kept)
+    return len(ended)
+
+
+#: How long a stop waits for its Flink job on a cluster to end (``--cancel_timeout``), seconds.
+DEFAULT_CANCEL_TIMEOUT = 120.0
+#: The states in which a Flink job holds no slot and runs no code (Flink's JobStatus).
+FLINK_ENDED = frozenset({"FINISHED", "FAILED", "CANCELED"})
+_FLINK_NOT_A_CLUSTER = ("[auto]", "[local]", "[collection]")
+
+
+def flink_cluster_address(options: PipelineOptions) -> str | None:
+    """The REST address of the Flink cluster the pipeline runs on (``--runner FlinkRunner
+    --flink_master host:port``), or None: another runner, or a Flink the job's process does not
+    reach (``[auto]``, ``[local]``: an embedded cluster, which ends with its job server)."""
+    runner = str(options.view_as(StandardOptions).runner or "")
+    if runner.rsplit(".", 1)[-1].lower() != "flinkrunner":
+        return None
+    master = str(options.view_as(FlinkRunnerOptions).flink_master or "").strip()
+    if not master or master in _FLINK_NOT_A_CLUSTER:
+        return None
+    return master.rstrip("/") if re.match(r"^https?://", master) else f"http://{master}"
+
+
+def flink_job_name(job_id: str, attempt: int) -> str:
+    """The Flink job name of run ``attempt`` of stream job ``job_id`` (its ``--job_name``)."""
+    return f"beam-dp-stream-{job_id[:16]}-run-{attempt}"
+
+
+@dataclass(frozen=True)
+class FlinkJobs:
+    """The stream's Flink jobs on a cluster, by name, through Flink's REST API.
+
+    Why the job's own process does this: on a Flink cluster, Beam's ``PipelineResult.cancel``
+    through the portable job server cancels only the job server's invocation; the Flink job
+    it submitted goes on running and holds its slots (seen on the local cluster: still RUNNING
+    a minute after the job's process ended, so the restart's pipeline found no slot). A stop
+    is a stop only once the cluster says the job ended."""
+
+    address: str
+    timeout: float
+
+    def __post_init__(self) -> None:
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ValueError("--cancel_timeout must be a finite number of seconds > 0")
+
+    def _call(self, path: str, method: str = "GET") -> Any:
+        request = urllib.request.Request(f"{self.address}{path}", method=method)
+        with urllib.request.urlopen(request, timeout=min(30.0, self.timeout)) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def running(self, names: set[str]) -> list[str]:
+        """The ids of the jobs named one of ``names`` that have not ended."""
+        jobs = self._call("/jobs/overview")["jobs"]
+        return sorted(
+            str(job["jid"])
+            for job in jobs
+            if job.get("name") in names and job.get("state") not in FLINK_ENDED
+        )
+
+    def end(self, names: set[str], what: str) -> None:
+        """Cancel the jobs named one of ``names`` and wait until each has ended; a
+        :class:`StreamError` naming the ones still running after the timeout, or if the cluster
+        cannot be asked (fail closed: an operator must not restart while they may run)."""
+        deadline = time.monotonic() + self.timeout
+        cancelled: set[str] = set()
+        try:
+            while True:
+                left = self.running(names)
+                if not left:
+                    return
+                for jid in left:
+                    if jid not in cancelled:
+                        self._call(f"/jobs/{jid}?mode=cancel", method="PATCH")
+                        cancelled.add(jid)
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+        except (OSError, urllib.error.URLError, ValueError, KeyError, TypeError) as error:
+            raise StreamError(
+                f"could not ask the Flink cluster at {self.address} whether {what} ended "
+                f"({type(error).__name__}): check it there (its web UI, or 'flink list') and "
+                "cancel it before starting the job on this --state again"
+            ) from None
+        raise StreamError(
+            f"{what} still runs on the Flink cluster at {self.address} "
+            f"{self.timeout:g} s after it was cancelled (Flink job {', '.join(left)}): cancel "
+            "it there ('flink cancel JOBID' or the web UI) before starting the job on this "
+            "--state again"
+        )
+
+
 def run(
     argv: Sequence[str] | None = None,
     *,
@@ -1291,6 +1499,8 @@ def run(
         raise ValueError("--stop_after_windows must be an integer >= 1")
     if not args.poll_seconds > 0:
         raise ValueError("--poll_seconds must be > 0")
+    if not (args.cancel_timeout > 0 and math.isfinite(args.cancel_timeout)):
+        raise ValueError("--cancel_timeout must be a finite number of seconds > 0")
     options.view_as(StandardOptions).streaming = True
     budget_config = config["budget"]
     relation = budget_config.get("relation", "add_remove")
@@ -1364,6 +1574,15 @@ def run(
         now=now,
         windows=dict(known),
     )
+    flink: FlinkJobs | None = None
+    flink_address = flink_cluster_address(options)
+    if flink_address is not None:
+        flink = FlinkJobs(flink_address, args.cancel_timeout)
+        named_job = options.view_as(GoogleCloudOptions)
+        if named_job.job_name is None:  # the name this run's Flink job is found by
+            named_job.job_name = flink_job_name(job_id, attempt)
+        if attempts:  # a killed run's Flink job may still run: it ends before we settle
+            flink.end({flink_job_name(job_id, n) for n in attempts}, "an earlier run's pipeline")
     if unit is not None:
         person_key(state, create=True)  # before any window names a person
     left = job.recover(attempts, args.max_windows_per_unit)
@@ -1384,7 +1603,8 @@ def run(
             + ([args.event_time] if args.event_time else [])
         )
     )
-    pipeline = beam.Pipeline(runner=stream_runner(options), options=options)
+    direct = stream_runner(options)  # the DirectRunner (ours), or None: Beam's choice
+    pipeline = beam.Pipeline(runner=direct, options=options)
     if source is not None:
         read = source(pipeline)
     else:
@@ -1437,7 +1657,8 @@ def run(
         | "Commit" >> beam.ParDo(CommitWindow(scratch, clock, persons=unit is not None))
     )
     LOG.info("stream %s: windows of %d s, watching %s", job_id, clock.size, args.landing)
-    result = pipeline.run()
+    with forgetting_ended_windows() if direct is not None else contextlib.nullcontext():
+        result = pipeline.run()  # the DirectRunner chooses its evaluators here
     finished = threading.Event()
     cancelled = threading.Event()
 
@@ -1472,6 +1693,11 @@ def run(
                 result.cancel()
             except Exception:  # a runner that cannot cancel: the process exits anyway
                 LOG.warning("the pipeline could not be cancelled")
+        if flink is not None:  # Beam's cancel leaves a cluster's Flink job running
+            try:
+                flink.end({str(options.view_as(GoogleCloudOptions).job_name)}, "the pipeline")
+            except StreamError as error:
+                job.errors.append(str(error))
     job.write_outputs()
     document = job.document()
     print_summary(job.summary_document(document))
