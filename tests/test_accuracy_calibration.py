@@ -27,7 +27,6 @@ from beam_dp.accounting import LedgerEntry
 from beam_dp.beam._transform import CommonOptions, ResolvedBudget
 from beam_dp.beam.mean import MeanSpec, grid_error
 from beam_dp.beam.quantiles import QuantileSpec
-from beam_dp.beam.selection import SelectionSpec
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom
 from beam_dp.release import (
     AccuracyStatement,
@@ -47,6 +46,7 @@ from beam_dp.summaries.quantiles import (
     select_mean,
     select_quantiles,
 )
+from beam_dp.summaries.selection import SelectionSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore::beam_dp.mechanisms.InsecureRandomWarning")
 

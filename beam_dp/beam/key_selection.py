@@ -556,7 +556,7 @@ def _agree(first: LabelSummary, kind: str | None, field: str) -> str | None:
 
 class TopSelection(Protocol):
     """The selection among the selected labels: ``TopCandidates``'
-    :class:`~beam_dp.beam.selection.SelectionSpec` (this module does not import that family)."""
+    :class:`~beam_dp.summaries.selection.SelectionSpec`."""
 
     def release(self, scores: Any, labels: Any) -> Release: ...
 

@@ -7,14 +7,15 @@ combiners (``Count.Globally``, ``Top.PerKey``)::
         candidate_column="site", candidates=sites, unit_column="user_id", epsilon=0.5)
 
 The transforms take **batches** (pyarrow RecordBatches or Tables, mappings of columns, lists of
-dicts). Read top to bottom: the options of each statistic, the spec of one selection
-(:class:`SelectionSpec`: the sensitivity and monotonicity from the score objects of
-:mod:`beam_dp.scores` for the relation and the bounds the pipeline enforces, the exact sampler
-of :mod:`beam_dp.mechanisms` run once on the merged scores, the release record), the
-combiners (each batch reduced with numpy into an integer vector indexed by candidate; vectors
-merge by addition; ``.PerKey`` with ``k = 1`` releases many keys with one vectorised exact
-draw, :func:`~beam_dp.mechanisms.select_per_key`), the wiring, and the transforms.
-Only :class:`ExponentialSelect` takes a declared sensitivity, for a user's score.
+dicts). A release is planned without Beam (:mod:`beam_dp.summaries.selection`: the
+:class:`~beam_dp.summaries.selection.SelectionSpec` with its sensitivity, monotonicity, budget
+and rounds, the bounds the pipeline enforces, the exact sampler run once on the merged scores,
+the release record); this module reads the keywords, resolves the budget and wires the plan
+into a combiner. Read top to bottom: the options of each statistic, the combiners (each batch
+reduced with numpy into an integer vector indexed by candidate; vectors merge by addition;
+``.PerKey`` with ``k = 1`` releases many keys with one vectorised exact draw), the wiring, and
+the transforms. Only :class:`ExponentialSelect` takes a declared sensitivity, for a user's
+score.
 
 Candidates (``candidates=``) are public: a sequence of labels, a path to a text file (one
 label per line), or a PCollection of labels used as a side input (for counts-based scores;
@@ -31,11 +32,9 @@ Privacy: a budget share names the mechanism ``method`` (``method + "_top_k"`` wi
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal, Required, TypedDict, Unpack
 
@@ -44,13 +43,6 @@ import numpy as np
 import numpy.typing as npt
 from apache_beam.pvalue import PCollection
 
-from beam_dp._validation import (
-    Relation,
-    check_positive_finite,
-    check_positive_int,
-    check_probability_open,
-    check_relation,
-)
 from beam_dp.batching import (
     CANDIDATE,
     KEY,
@@ -72,21 +64,15 @@ from beam_dp.beam._transform import (
     PrivateOptions,
     PrivateTransform,
     PublicList,
-    ResolvedBudget,
     check_column,
     divide_budget,
-    mechanism_name,
     static_labels,
     take_options,
 )
 from beam_dp.beam.key_selection import KeySelection, key_selection_wiring
-from beam_dp.mechanisms import Method, RandomSource, as_random_source, select, top_k
-from beam_dp.mechanisms.per_key import select_per_key
-from beam_dp.mechanisms.selection import check_method
-from beam_dp.release import Release, make_release, selection_statement
-from beam_dp.scores import DistinctUnitCount, PluralityVote, Revenue, Score, VoteMargin
+from beam_dp.release import Release
+from beam_dp.scores import Revenue
 from beam_dp.summaries.counts import (
-    PER_UNIT_RULES,
     PerUnitRule,
     at_least_counts,
     candidate_counts,
@@ -94,15 +80,35 @@ from beam_dp.summaries.counts import (
     reduce_per_unit,
     threshold_histogram,
 )
+from beam_dp.summaries.selection import (
+    Counts,
+    Labels,
+    PackedGrid,
+    SelectionPlan,
+    SelectionSpec,
+    check_declared_score,
+    check_election_score,
+    check_key_selection_relation,
+    check_max_candidates_per_unit,
+    check_per_unit_rule,
+    check_release_names,
+    describe,
+    election_score,
+    plan_best_price,
+    plan_custom,
+    plan_election,
+    plan_top_after_key_selection,
+    plan_top_candidates,
+    revenue_score,
+    sorted_labels,
+)
 
 __all__ = [
     "BestPrice",
     "CandidateCountsFn",
     "Election",
     "ExponentialSelect",
-    "PackedGrid",
     "RevenueFn",
-    "SelectionSpec",
     "TopCandidates",
 ]
 
@@ -219,296 +225,7 @@ class ExponentialSelectPerKeyOptions(ExponentialSelectArgs, PerKeyOptions, total
     """Every keyword of ``ExponentialSelect.PerKey``."""
 
 
-# ---------------------------------------------------------------------------------- the spec
-
-
-#: Candidate labels: a tuple (or any sequence), or a one-dimensional numpy array (a price grid).
-Labels = Sequence[Any] | npt.NDArray[Any]
-
-
-_ACCURACY_KINDS = ("distinct_count", "votes", "margin", "revenue", "score")
-
-
-def accuracy_kind_of(score: Score) -> str:
-    """The units a selection over ``score`` states its accuracy in (see
-    :func:`beam_dp.release.selection_statement`)."""
-    if isinstance(score, DistinctUnitCount):
-        return "distinct_count"
-    if isinstance(score, PluralityVote):
-        return "votes"
-    if isinstance(score, VoteMargin):
-        return "margin"
-    if isinstance(score, Revenue):
-        return "revenue"
-    return "score"
-
-
-def sorted_labels(labels: Iterable[Any]) -> tuple[Any, ...]:
-    """Distinct labels in sorted order: the canonical candidate order for side inputs.
-
-    A side input's element order is not guaranteed to be the same everywhere, so every worker
-    sorts it; labels must therefore be mutually comparable (all strings or all numbers).
-    """
-    try:
-        return tuple(sorted(set(labels)))
-    except TypeError:
-        raise TypeError(
-            "candidate labels from a PCollection must be mutually comparable "
-            "(all strings or all numbers) so that every worker orders them the same way"
-        ) from None
-
-
-@dataclass(frozen=True)
-class SelectionSpec:
-    """One selection's public parameters; :meth:`release` samples and builds the record.
-
-    Attributes:
-        name: The budget share (or release) name.
-        statistic: What is released (``"top_candidates"``, ``"best_price"``, ...).
-        method: ``"permute_and_flip"`` or ``"exponential"``.
-        k: The number of candidates released (top-k by peeling when > 1).
-        epsilon: ε of one selection over its ``k`` rounds (for ``.PerKey``, of one key).
-        rho: zCDP cost of one selection, when the budget share is accounted by zCDP.
-        selection_sensitivity: Δ in the units of the score vectors given to :meth:`release`
-            (``Score.scaled_sensitivity``): the sampler works on exact integers.
-        sensitivity: Δ in the score's real units (the ledger's ``sensitivity``).
-        monotone: Whether the score is monotone under ``relation``.
-        relation: The neighbouring relation.
-        contribution_bounds: Bounds the pipeline enforces per unit (ledger).
-        confidence: Confidence level of the accuracy bound.
-        rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
-        accuracy_kind: The units the accuracy is stated in (see
-            :func:`beam_dp.release.selection_statement`): ``"distinct_count"``, ``"votes"``,
-            ``"margin"``, ``"revenue"`` or ``"score"``; :meth:`for_score` takes it from the score.
-    """
-
-    name: str
-    statistic: str
-    method: Method
-    k: int
-    epsilon: float
-    rho: float | None
-    selection_sensitivity: Fraction
-    sensitivity: float
-    monotone: bool
-    relation: Relation
-    contribution_bounds: Mapping[str, int] = field(default_factory=dict)
-    confidence: float = 0.95
-    rng: RandomSource | None = None
-    accuracy_kind: str = "score"
-
-    def __post_init__(self) -> None:
-        check_method(self.method)
-        if self.accuracy_kind not in _ACCURACY_KINDS:
-            raise ValueError(
-                f"'accuracy_kind' must be one of {list(_ACCURACY_KINDS)}; "
-                f"received {self.accuracy_kind!r}"
-            )
-        check_positive_int(self.k, "k")
-        check_positive_finite(self.epsilon, "epsilon")
-        check_positive_finite(self.selection_sensitivity, "sensitivity")
-        check_positive_finite(self.sensitivity, "sensitivity")
-        check_relation(self.relation)
-        check_probability_open(self.confidence, "confidence")
-        if not isinstance(self.monotone, bool):
-            raise TypeError("'monotone' must be a bool")
-
-    @property
-    def mechanism(self) -> str:
-        return mechanism_name(self.method, self.k)
-
-    @classmethod
-    def for_score(
-        cls,
-        score: Score,
-        *,
-        budget: ResolvedBudget,
-        statistic: str,
-        options: CommonOptions,
-        bounds: Mapping[str, int],
-    ) -> SelectionSpec:
-        """A spec whose sensitivity and monotonicity come from ``score`` under the relation.
-
-        ``bounds`` are all the contribution bounds the ledger records.
-        """
-        return cls(
-            name=budget.name,
-            statistic=statistic,
-            method=options.method,
-            k=options.k,
-            epsilon=budget.epsilon,
-            rho=budget.rho,
-            selection_sensitivity=score.scaled_sensitivity(options.relation),
-            sensitivity=float(score.sensitivity(options.relation)),
-            monotone=score.monotone(options.relation),
-            relation=options.relation,
-            contribution_bounds=dict(bounds),
-            confidence=options.confidence,
-            rng=options.rng,
-            accuracy_kind=accuracy_kind_of(score),
-        )
-
-    def release(self, scores: npt.ArrayLike | Sequence[Fraction], labels: Labels) -> Release:
-        """Choose ``k`` candidates from ``scores`` (one per label) and build the release.
-
-        The exact sampler runs here, once, on the merged scores. When fewer than ``k``
-        candidates exist (candidates from a side input), all of them are ranked, each round
-        still at ``epsilon / k``, and the ledger records the smaller spend.
-        """
-        values = _score_row(scores, len(labels))
-        source = as_random_source(self.rng)
-        rounds = min(self.k, len(labels))
-        options: dict[str, Any] = {
-            "sensitivity": self.selection_sensitivity,
-            "monotonic": self.monotone,
-            "method": self.method,
-            "rng": source,
-        }
-        record = self._record(labels, rounds, secure=source.secure)
-        if self.k == 1:
-            value: Any = _label(labels, select(values, epsilon=record.ledger.epsilon, **options))
-        else:
-            chosen = top_k(values, rounds, epsilon=record.ledger.epsilon, **options)
-            value = [_label(labels, i) for i in chosen]
-        return dataclasses.replace(record, value=value)
-
-    def release_many(
-        self, scores: Sequence[npt.ArrayLike | Sequence[Fraction]], labels: Labels
-    ) -> list[Release]:
-        """One release per score vector (one per key), as :meth:`release` gives each.
-
-        With ``k = 1`` every vector's selection is drawn by one call of
-        :func:`~beam_dp.mechanisms.select_per_key`: the same law as :meth:`release` called once
-        per vector, independently, for a few microseconds per vector instead of a few hundred.
-        The release records are :meth:`release`'s (the same ε, ρ, sensitivity, mechanism,
-        rounds and accuracy statement); only the values differ. Top-k (``k > 1``) calls
-        :meth:`release` per vector.
-
-        Privacy:
-            Each vector's selection spends what :meth:`release` spends on it (ε, or ρ); how
-            the vectors compose (the keys of a ``.PerKey`` transform) is the transform's
-            accounting, unchanged.
-        """
-        if self.k != 1:
-            return [self.release(row, labels) for row in scores]
-        if not scores:
-            return []
-        rows = [_score_row(row, len(labels)) for row in scores]
-        dtypes = {row.dtype for row in rows}
-        if len(dtypes) == 1 and next(iter(dtypes)).kind != "O":
-            flat = np.concatenate(rows)
-        else:  # mixed types: exact Python numbers (never a lossy common float type)
-            flat = np.concatenate([row.astype(object) for row in rows])
-        source = as_random_source(self.rng)
-        record = self._record(labels, 1, secure=source.secure)
-        chosen = select_per_key(
-            flat,
-            np.full(len(rows), len(labels), dtype=np.int64),
-            epsilon=record.ledger.epsilon,
-            sensitivity=self.selection_sensitivity,
-            monotonic=self.monotone,
-            method=self.method,
-            rng=source,
-        )
-        return [dataclasses.replace(record, value=_label(labels, i)) for i in chosen.tolist()]
-
-    def _record(self, labels: Labels, rounds: int, *, secure: bool) -> Release:
-        """The release record of one selection over ``labels`` in ``rounds`` rounds (value None).
-
-        Fewer rounds than ``k`` (candidates from a side input) spend ``epsilon * rounds / k``.
-        """
-        epsilon = self.epsilon if rounds == self.k else self.epsilon * rounds / self.k
-        rho = None if self.rho is None else self.rho * rounds / self.k
-        release = make_release(
-            name=self.name,
-            statistic=self.statistic,
-            value=None,
-            mechanism=mechanism_name(self.method, self.k),
-            epsilon=epsilon,
-            sensitivity=self.sensitivity,
-            neighbouring=self.relation,
-            monotone=self.monotone,
-            num_candidates=len(labels),
-            contribution_bounds=self.contribution_bounds,
-            confidence=self.confidence,
-            rounds=rounds,
-            rho=rho,
-            rng_secure=secure,
-        )
-        # The per-round score-loss bound, in the score's units, stated in its own words.
-        statement = selection_statement(
-            self.accuracy_kind,
-            score_loss=release.ledger.accuracy["score_loss"],
-            k=rounds,
-            confidence=self.confidence,
-            record_level="record_level_privacy" in self.contribution_bounds,
-        )
-        return dataclasses.replace(release, statement=statement)
-
-    def display_data(self) -> dict[str, Any]:
-        """Public parameters for pipeline graphs (never data)."""
-        return {
-            "name": self.name,
-            "statistic": self.statistic,
-            "mechanism": self.mechanism,
-            "epsilon": self.epsilon,
-            "relation": self.relation,
-            "sensitivity": self.sensitivity,
-            "monotone": self.monotone,
-            "k": self.k,
-            "contribution_bounds": str(dict(self.contribution_bounds)),
-        }
-
-
-def _score_row(scores: npt.ArrayLike | Sequence[Fraction], num_labels: int) -> npt.NDArray[Any]:
-    """One selection's scores as an array, one per label."""
-    values = scores if isinstance(scores, np.ndarray) else np.asarray(scores)
-    if values.shape[0] != num_labels:
-        raise ValueError(
-            f"the score vector has {values.shape[0]} entries for {num_labels} candidates"
-        )
-    return values
-
-
-def _label(labels: Labels, index: int) -> Any:
-    """The label at ``index``, as a Python value when labels are a numpy array (prices)."""
-    label = labels[index]
-    return label.item() if isinstance(label, np.generic) else label
-
-
-def describe(
-    spec: SelectionSpec,
-    *,
-    labels: Labels | None,
-    bounds: ContributionBounds | None,
-    keys: tuple[Any, ...] | None,
-    epsilon_total: float,
-) -> dict[str, Any]:
-    """Display data of a transform: public parameters only."""
-    shown = spec.display_data()
-    shown["epsilon_total"] = epsilon_total
-    shown["num_candidates"] = "side input" if labels is None else len(labels)
-    shown["privacy_unit"] = "record" if bounds is None else "unit_column"
-    if keys is not None:
-        shown["num_keys"] = len(keys)
-    return shown
-
-
-def ledger_bounds(
-    base: Mapping[str, int], options: CommonOptions, record_level: bool
-) -> dict[str, int]:
-    """Every contribution bound the ledger records: the statistic's own, what a unit is
-    (record-level privacy, or ids read as given: :meth:`CommonOptions.unit_bounds`), the keys
-    and the windows a unit reaches."""
-    bounds = {**base, **options.unit_bounds(record_level)}
-    windows = options.windows_per_unit(record_level)
-    return {**bounds, **options.key_bounds(record_level), "max_windows_per_unit": windows}
-
-
 # ----------------------------------------------------------------------------- the combiners
-
-
-Counts = npt.NDArray[np.int64]
 
 
 class _LabelCache:
@@ -543,63 +260,6 @@ class _LabelCache:
 
     def __setstate__(self, state: tuple[Labels | None]) -> None:
         self.__init__(state[0])  # type: ignore[misc]
-
-
-class PackedGrid:
-    """A price grid (integer score steps and their float thresholds) as runs of equal steps.
-
-    :meth:`pack` keeps a grid only if unpacking gives back both arrays exactly (checked when
-    packing): the thresholds are ``scaled / 10**places`` in IEEE division, exact for integers
-    below 2**53 and ``places <= 22``, which is how ``Revenue`` makes the nearest float of a
-    decimal price.
-    """
-
-    __slots__ = ("first", "lengths", "places", "size", "steps")
-
-    def __init__(self, first: int, steps: Counts, lengths: Counts, size: int, places: int) -> None:
-        self.first = first
-        self.steps = steps
-        self.lengths = lengths
-        self.size = size
-        self.places = places
-
-    def __getstate__(self) -> tuple[int, Counts, Counts, int, int]:
-        return (self.first, self.steps, self.lengths, self.size, self.places)
-
-    def __setstate__(self, state: tuple[int, Counts, Counts, int, int]) -> None:
-        self.first, self.steps, self.lengths, self.size, self.places = state
-
-    @classmethod
-    def pack(
-        cls, scaled: Counts, thresholds: npt.NDArray[np.float64], max_runs: int = 1024
-    ) -> PackedGrid | None:
-        """The packed grid, or None when it has more than ``max_runs`` runs or is not exact."""
-        size = int(scaled.size)
-        if size < 2 or int(scaled[-1]) >= 1 << 53 or int(scaled[0]) < 0:
-            return None
-        diffs = np.diff(scaled)
-        starts = np.concatenate([[0], np.flatnonzero(diffs[1:] != diffs[:-1]) + 1])
-        if starts.size > max_runs:
-            return None
-        lengths = np.diff(np.concatenate([starts, [diffs.size]])).astype(np.int64)
-        first = float(scaled[0])
-        places = next((p for p in range(23) if first / float(10**p) == float(thresholds[0])), None)
-        if places is None:
-            return None
-        packed = cls(int(scaled[0]), diffs[starts].astype(np.int64), lengths, size, places)
-        again_scaled, again_thresholds = packed.unpack()
-        if np.array_equal(again_scaled, scaled) and np.array_equal(again_thresholds, thresholds):
-            return packed
-        return None
-
-    def unpack(self) -> tuple[Counts, npt.NDArray[np.float64]]:
-        """The scaled prices and their thresholds."""
-        scaled = np.empty(self.size, dtype=np.int64)
-        scaled[0] = self.first
-        np.cumsum(np.repeat(self.steps, self.lengths), out=scaled[1:])
-        scaled[1:] += self.first
-        thresholds = scaled.astype(np.float64) / float(10**self.places)
-        return scaled, thresholds
 
 
 class _VectorSelectFn(BatchedSelectFn):
@@ -939,18 +599,17 @@ def resolve_candidates(
 
 
 def selection_built(
-    spec: SelectionSpec,
+    plan: SelectionPlan,
     *,
     options: CommonOptions,
     unit_column: str | None,
     encode: dict[str, Any],
     combine_fn: beam.CombineFn,
-    bounds: ContributionBounds | None,
     labels: Labels | None,
     side: PCollection | None = None,
     epsilon_total: float,
 ) -> Built:
-    """A selection over ``spec``: encode with the keys, bound, combine."""
+    """A selection over ``plan``: encode with the keys, bound, combine."""
     record_level = unit_column is None
     encode = options.encode_options(unit_column, encode)
     if side is not None:  # the encoder reads the candidates from the side input
@@ -959,22 +618,26 @@ def selection_built(
         combine_fn,
         record_level=record_level,
         encode=encode,
-        bounds=bounds,
+        bounds=plan.bounds,
         encode_fn=None if side is None else EncodeWithSideCandidatesFn(encode, options.label_match),
         side_candidates=side,
     )
     display = describe(
-        spec, labels=labels, bounds=bounds, keys=options.keys, epsilon_total=epsilon_total
+        plan.spec,
+        labels=labels,
+        bounds=plan.bounds,
+        keys=options.keys,
+        epsilon_total=epsilon_total,
     )
     return Built(
         wiring,
-        release_name=spec.name,
+        release_name=plan.spec.name,
         keys_per_unit=options.keys_per_unit(record_level),
         display=display,
         mechanism=options.mechanism,
         rounds=options.k,
         shares=options.shares(),
-        spec=spec,
+        spec=plan.spec,
     )
 
 
@@ -989,25 +652,11 @@ def _top_candidates(
     variant: PrivateTransform, own: Mapping[str, Any], shared: Mapping[str, Any]
 ) -> Built:
     options = take_options(variant, shared, unit_column=own.get("unit_column"), k=own.get("k", 1))
-    candidate_column = own["candidate_column"]
-    candidates = own["candidates"]
-    unit_column = own.get("unit_column")
-    max_candidates_per_unit = own.get("max_candidates_per_unit")
-    key_selection = own.get("key_selection")
+    candidate_column, candidates = own["candidate_column"], own["candidates"]
+    unit_column, key_selection = own.get("unit_column"), own.get("key_selection")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
-    if isinstance(max_candidates_per_unit, str) and max_candidates_per_unit == "auto":
-        # contribution_bounds, "Which bounds are worth choosing": the noise is the same at
-        # every bound here, so a chosen one would only drop candidates and spend budget.
-        raise ValueError(
-            "'max_candidates_per_unit' takes no 'auto' in TopCandidates: the distinct-unit "
-            "count has sensitivity 1 whatever a unit names, so a bound never lowers the "
-            "noise; leave it None (no bound) or give an integer (with candidates=None, "
-            "KeySelection(max_candidates_per_unit='auto') chooses the key selection's bound, "
-            "which sets its threshold)"
-        )
-    if max_candidates_per_unit is not None:
-        DistinctUnitCount(1, max_candidates_per_unit)  # validates the bound
+    check_max_candidates_per_unit(own.get("max_candidates_per_unit"))
     if candidates is None:
         if options.keys is not None:
             raise ValueError("TopCandidates.PerKey needs public 'candidates'")
@@ -1017,12 +666,7 @@ def _top_candidates(
                 "KeySelection(epsilon=..., delta=..., max_candidates_per_unit=...) to select "
                 "them privately from the data first"
             )
-        return _top_after_key_selection(
-            key_selection,
-            candidate_column=candidate_column,
-            unit_column=unit_column,
-            options=options,
-        )
+        return _top_after_key_selection(key_selection, candidate_column, unit_column, options)
     if key_selection is not None:
         raise ValueError(
             "'key_selection' applies only when the candidates are not public "
@@ -1032,38 +676,22 @@ def _top_candidates(
     options.check_k(None if labels is None else len(labels))
     record_level = unit_column is None
     budget = options.budget("top_candidates")
-    # The count's sensitivity is 1 whatever a unit names; no bound on the candidates per
-    # unit is needed, and an absent bound is left out of the ledger.
-    own_bounds: dict[str, int] = {}
-    if record_level:
-        bounds = None
-        own_bounds["max_candidates_per_unit"] = 1
-    else:
-        bounds = ContributionBounds(
-            max_contributions_per_unit=max_candidates_per_unit,
-            max_keys_per_unit=options.max_keys_per_unit,
-            distinct_candidates=True,
-        )
-        own_bounds["distinct_candidates"] = 1
-        if max_candidates_per_unit is not None:
-            own_bounds["max_candidates_per_unit"] = max_candidates_per_unit
-    spec = SelectionSpec.for_score(
-        DistinctUnitCount(num_candidates=len(labels) if labels else 1),
-        budget=options.per_release(budget, record_level),
-        statistic="top_candidates",
-        options=options,
-        bounds=ledger_bounds(own_bounds, options, record_level),
+    plan = plan_top_candidates(
+        options,
+        options.per_release(budget, record_level),
+        labels=labels,
+        record_level=record_level,
+        max_candidates_per_unit=own.get("max_candidates_per_unit"),
     )
     return selection_built(
-        spec,
+        plan,
         options=options,
         unit_column=unit_column,
         encode={
             "candidate_column": candidate_column,
             "candidates": public_index(labels, options.label_match),
         },
-        combine_fn=CandidateCountsFn(spec, labels),
-        bounds=bounds,
+        combine_fn=CandidateCountsFn(plan.spec, labels),
         labels=labels,
         side=side,
         epsilon_total=budget.epsilon,
@@ -1072,7 +700,6 @@ def _top_candidates(
 
 def _top_after_key_selection(
     selection: KeySelection,
-    *,
     candidate_column: str,
     unit_column: str | None,
     options: CommonOptions,
@@ -1081,32 +708,16 @@ def _top_after_key_selection(
     the top-k among the selected labels, on the same counts, in one pass."""
     if not isinstance(selection, KeySelection):
         raise TypeError("'key_selection' must be a KeySelection")
-    if options.relation != "add_remove":
-        raise ValueError(
-            "DP key selection is defined for relation='add_remove': delta protects the "
-            "presence of a unit, and of the labels only it holds"
-        )
+    check_key_selection_relation(options.relation)
     budget = options.budget("top_candidates")
-    ks_name = selection.resolve()[0]
-    if budget.name == ks_name:
-        raise ValueError(
-            f"the key selection and the selection are both named {ks_name!r}; "
-            "each release needs its own budget share name"
-        )
-    per_unit = 1 if unit_column is None else selection.held_per_unit()
-    windows = options.windows_per_unit(unit_column is None)
-    bounds = {
-        "max_candidates_per_unit": per_unit,
-        "distinct_candidates": 1,
-        "max_windows_per_unit": windows,
-        **options.unit_bounds(unit_column is None),
-    }
-    top = SelectionSpec.for_score(
-        DistinctUnitCount(num_candidates=1),
-        budget=divide_budget(budget, windows_per_unit=windows),
-        statistic="top_candidates",
-        options=options,
-        bounds=bounds,
+    check_release_names(budget.name, selection.resolve()[0])
+    record_level = unit_column is None
+    labels_per_unit = 1 if record_level else selection.held_per_unit()
+    top = plan_top_after_key_selection(
+        options,
+        divide_budget(budget, windows_per_unit=options.windows_per_unit(record_level)),
+        labels_per_unit=labels_per_unit,
+        record_level=record_level,
     )
     wiring, spec = key_selection_wiring(
         selection,
@@ -1194,65 +805,33 @@ def _best_price(
     variant: PrivateTransform, own: Mapping[str, Any], shared: Mapping[str, Any]
 ) -> Built:
     options = take_options(variant, shared, unit_column=own.get("unit_column"))
-    value_column = own["value_column"]
-    unit_column = own.get("unit_column")
-    prices = own.get("prices")
+    value_column, unit_column = own["value_column"], own.get("unit_column")
     per_unit = own.get("per_unit", "max")
     check_column(value_column, "value_column")
     check_column(unit_column, "unit_column", optional=True)
-    if per_unit not in PER_UNIT_RULES:
-        raise ValueError(f"'per_unit' must be one of {list(PER_UNIT_RULES)}; received {per_unit!r}")
-    score = _revenue(prices)
+    check_per_unit_rule(per_unit)
+    score = revenue_score(own.get("prices"))
     record_level = unit_column is None
     budget = options.budget("best_price")
+    plan = plan_best_price(
+        options, options.per_release(budget, record_level), score=score, record_level=record_level
+    )
     # The nearest float of each price is both the release label and the threshold: for
     # decimal prices, x >= price exactly when x >= threshold (see Revenue); the integer score
     # step is Revenue.unit. Labels stay an array: a 10^6-price grid pickles as one buffer.
     thresholds = score.thresholds
-    scaled = score.scaled_prices
-    # One value per unit comes from the per-unit rule, so no row bound is needed: the shuffle
-    # only brings each unit's rows together (and bounds its keys for .PerKey).
-    bounds = (
-        None
-        if record_level
-        else ContributionBounds(
-            max_contributions_per_unit=None, max_keys_per_unit=options.max_keys_per_unit
-        )
-    )
-    spec = SelectionSpec.for_score(
-        score,
-        budget=options.per_release(budget, record_level),
-        statistic="best_price",
-        options=options,
-        bounds=ledger_bounds(score.contribution_bounds, options, record_level),
-    )
     rule = None if record_level else per_unit
     built = selection_built(
-        spec,
+        plan,
         options=options,
         unit_column=unit_column,
         encode={"value_column": value_column},
-        combine_fn=RevenueFn(spec, thresholds, thresholds, scaled, rule),
-        bounds=bounds,
+        combine_fn=RevenueFn(plan.spec, thresholds, thresholds, score.scaled_prices, rule),
         labels=thresholds,
         epsilon_total=budget.epsilon,
     )
     built.display["per_unit"] = "record" if rule is None else rule
     return built
-
-
-def _revenue(prices: Sequence[Any] | Revenue | None) -> Revenue:
-    """The revenue score of a grid: the default, a built :class:`Revenue` as it is, or a new one.
-
-    A float64 array or a list of Python floats takes ``Revenue``'s vectorised reading.
-    """
-    if prices is None:
-        return Revenue.default()
-    if isinstance(prices, Revenue):
-        return prices
-    if isinstance(prices, np.ndarray):
-        return Revenue(prices)
-    return Revenue(tuple(prices))
 
 
 class BestPrice:
@@ -1303,52 +882,32 @@ def _election(
     variant: PrivateTransform, own: Mapping[str, Any], shared: Mapping[str, Any]
 ) -> Built:
     options = take_options(variant, shared, unit_column=own.get("unit_column"))
-    candidate_column = own["candidate_column"]
-    candidates = own["candidates"]
-    unit_column = own.get("unit_column")
-    score = own.get("score", "plurality")
+    candidate_column, candidates = own["candidate_column"], own["candidates"]
+    unit_column, score = own.get("unit_column"), own.get("score", "plurality")
     check_column(candidate_column, "candidate_column")
     check_column(unit_column, "unit_column", optional=True)
-    if score not in ("plurality", "margin"):
-        raise ValueError(f"'score' must be 'plurality' or 'margin'; received {score!r}")
+    check_election_score(score)
     labels, side = resolve_candidates(candidates, side_input_ok=score == "plurality")
-    score_object: Score
-    if score == "margin":
-        if labels is None or len(labels) != 2:
-            raise ValueError(
-                "score='margin' is the two-way margin: it needs exactly 2 candidates; "
-                f"received {0 if labels is None else len(labels)}"
-            )
-        score_object = VoteMargin()
-    else:
-        score_object = PluralityVote(num_candidates=len(labels) if labels else 1)
+    score_object = election_score(score, labels)
     record_level = unit_column is None
     budget = options.budget("election")
-    # One vote per unit: a unit with several vote records keeps one (a per-unit rule).
-    bounds = (
-        None
-        if record_level
-        else ContributionBounds(
-            max_contributions_per_unit=1, max_keys_per_unit=options.max_keys_per_unit
-        )
-    )
-    spec = SelectionSpec.for_score(
-        score_object,
-        budget=options.per_release(budget, record_level),
-        statistic="election",
-        options=options,
-        bounds=ledger_bounds(score_object.contribution_bounds, options, record_level),
+    plan = plan_election(
+        options,
+        options.per_release(budget, record_level),
+        score=score_object,
+        record_level=record_level,
     )
     return selection_built(
-        spec,
+        plan,
         options=options,
         unit_column=unit_column,
         encode={
             "candidate_column": candidate_column,
             "candidates": public_index(labels, options.label_match),
         },
-        combine_fn=CandidateCountsFn(spec, labels, "margin" if score == "margin" else "counts"),
-        bounds=bounds,
+        combine_fn=CandidateCountsFn(
+            plan.spec, labels, "margin" if score == "margin" else "counts"
+        ),
         labels=labels,
         side=side,
         epsilon_total=budget.epsilon,
@@ -1403,76 +962,45 @@ def _custom(
     shared: Mapping[str, Any],
 ) -> Built:
     options = take_options(variant, shared, unit_column=own.get("unit_column"), k=own.get("k", 1))
-    candidates = own["candidates"]
-    sensitivity = own["sensitivity"]
-    monotone = own["monotone"]
-    unit_column = own.get("unit_column")
-    candidate_column = own.get("candidate_column")
-    value_column = own.get("value_column")
-    bounds = own.get("bounds")
-    statistic = own.get("statistic", "custom")
+    unit_column, candidate_column = own.get("unit_column"), own.get("candidate_column")
+    value_column, statistic = own.get("value_column"), own.get("statistic", "custom")
     if not isinstance(score_fn, beam.CombineFn):
         raise TypeError(
             f"'score_fn' must be a beam.CombineFn; received type {type(score_fn).__name__}"
         )
-    check_positive_finite(sensitivity, "sensitivity")
-    if not isinstance(monotone, bool):
-        raise TypeError(f"'monotone' must be a bool; received type {type(monotone).__name__}")
-    requested = ContributionBounds() if bounds is None else bounds
-    if not isinstance(requested, ContributionBounds):
-        raise TypeError("'bounds' must be a beam_dp.batching.ContributionBounds")
-    if not isinstance(statistic, str) or not statistic:
-        raise ValueError(f"'statistic' must be a non-empty string; received {statistic!r}")
+    requested = check_declared_score(
+        own["sensitivity"], own["monotone"], own.get("bounds"), statistic
+    )
     for column, name in (
         (unit_column, "unit_column"),
         (candidate_column, "candidate_column"),
         (value_column, "value_column"),
     ):
         check_column(column, name, optional=True)
-    labels = static_labels(candidates)
+    labels = static_labels(own["candidates"])
     options.check_k(len(labels))
     record_level = unit_column is None
     budget = options.budget(statistic)
-    one_key = options.per_release(budget, record_level)
-    enforced = (
-        None
-        if record_level
-        else ContributionBounds(
-            max_contributions_per_unit=requested.max_contributions_per_unit,
-            max_keys_per_unit=options.max_keys_per_unit,
-            distinct_candidates=requested.distinct_candidates,
-        )
-    )
-    spec = SelectionSpec(
-        name=budget.name,
+    plan = plan_custom(
+        options,
+        options.per_release(budget, record_level),
         statistic=statistic,
-        method=options.method,
-        k=options.k,
-        epsilon=one_key.epsilon,
-        rho=one_key.rho,
-        selection_sensitivity=Fraction(sensitivity),
-        sensitivity=float(sensitivity),
-        monotone=monotone,
-        relation=options.relation,
-        contribution_bounds=ledger_bounds(
-            {} if record_level else requested.to_dict(), options, record_level
-        ),
-        confidence=options.confidence,
-        rng=options.rng,
+        sensitivity=own["sensitivity"],
+        monotone=own["monotone"],
+        requested=requested,
+        record_level=record_level,
     )
+    index = None if candidate_column is None else public_index(labels, options.label_match)
     built = selection_built(
-        spec,
+        plan,
         options=options,
         unit_column=unit_column,
         encode={
             "candidate_column": candidate_column,
-            "candidates": None
-            if candidate_column is None
-            else public_index(labels, options.label_match),
+            "candidates": index,
             "value_column": value_column,
         },
-        combine_fn=CustomScoreFn(spec, labels, score_fn),
-        bounds=enforced,
+        combine_fn=CustomScoreFn(plan.spec, labels, score_fn),
         labels=labels,
         epsilon_total=budget.epsilon,
     )

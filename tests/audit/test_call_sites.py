@@ -13,7 +13,7 @@ stages, keys and windows. The call sites:
 ====================  =====================================================================
 site                  sampler call (the module attribute the pipeline looks up)
 ====================  =====================================================================
-selections            ``select`` in ``beam_dp.beam.selection`` (top, price, votes,
+selections            ``select`` in ``beam_dp.summaries.selection`` (top, price, votes,
                       margin, a user's score)
 top-k rounds          ``top_k`` there
 per-key draws         ``select_per_key`` there (``.PerKey``: many keys in one draw)
@@ -73,9 +73,9 @@ import test_end_to_end_audit as e2e
 
 import beam_dp.beam.cdf
 import beam_dp.beam.key_selection
-import beam_dp.beam.selection
 import beam_dp.summaries.contribution_bounds
 import beam_dp.summaries.quantiles.parameters
+import beam_dp.summaries.selection
 from beam_dp.batching import ContributionBounds
 from beam_dp.beam.cdf import PrivateCDF
 from beam_dp.beam.key_selection import KeySelection, SelectCandidates
@@ -289,7 +289,7 @@ def _not_in(module: str) -> Callable[[CallSite], bool]:
     return lambda call: module not in call.modules
 
 
-SELECTION = beam_dp.beam.selection
+SELECTION = beam_dp.summaries.selection
 QUANTILES = beam_dp.summaries.quantiles.parameters
 CHOICE = beam_dp.summaries.contribution_bounds
 KEY_SELECTION = beam_dp.beam.key_selection

@@ -286,15 +286,15 @@ CASES = {site.name: site for site in (*cs.SITES_UNDER_AUDIT, THOUSAND_LABELS, JO
 
 #: Every production call site and the cases whose pipelines reach it (each is checked to).
 REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
-    ("beam_dp.beam.selection", "select"): (
+    ("beam_dp.summaries.selection", "select"): (
         "select_top",
         "select_price",
         "select_vote",
         "select_margin",
         "select_custom",
     ),
-    ("beam_dp.beam.selection", "top_k"): ("top_k_rounds", "key_selection"),
-    ("beam_dp.beam.selection", "select_per_key"): ("per_key_draw",),
+    ("beam_dp.summaries.selection", "top_k"): ("top_k_rounds", "key_selection"),
+    ("beam_dp.summaries.selection", "select_per_key"): ("per_key_draw",),
     ("beam_dp.beam.key_selection", "select_keys"): (
         "key_selection",
         "auto_labels",

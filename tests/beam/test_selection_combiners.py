@@ -35,12 +35,12 @@ from beam_dp.beam.selection import (
     Election,
     ExponentialSelect,
     RevenueFn,
-    SelectionSpec,
     TopCandidates,
 )
 from beam_dp.mechanisms import InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release, ledger_entries_to_record, make_release
 from beam_dp.scores import Revenue
+from beam_dp.summaries.selection import SelectionSpec
 
 LABELS = ("a", "b", "c", "d")
 

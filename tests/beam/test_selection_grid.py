@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from apache_beam.internal import pickler
 
-from beam_dp.beam.selection import BestPrice, PackedGrid, RevenueFn
+from beam_dp.beam.selection import BestPrice, RevenueFn
 from beam_dp.scores import Revenue
+from beam_dp.summaries.selection import PackedGrid
 
 
 def _grid(start: str, step: str, count: int) -> list[float]:

@@ -20,11 +20,11 @@ from apache_beam.transforms.window import TimestampedValue
 
 from beam_dp.batching import CANDIDATE, KEY, UNIT, VALUE, take
 from beam_dp.beam import _graph as plan_module
-from beam_dp.beam import selection as selection_spec
 from beam_dp.beam._graph import BatchedSelectFn
 from beam_dp.beam.selection import BestPrice, Election, TopCandidates
 from beam_dp.mechanisms import InsecureRandomWarning, InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release
+from beam_dp.summaries import selection as selection_spec
 
 # chi-square with one degree of freedom above this has probability 1e-6 under the null
 CHI2_1DOF_1E6 = 23.93
