@@ -64,3 +64,69 @@ def pytest_configure(config: pytest.Config) -> None:
         report(args)
 
     threading.excepthook = hook
+
+
+# The modules whose tests took longest in the clean-clone CI runs (--durations=40 of CI run 4,
+# 2 workers), heaviest first. pytest-xdist's loadgroup scheduler hands out its xdist groups
+# first, then the other tests one by one in collection order: a test of a minute or more
+# collected near the end starts late and runs alone while the other worker is idle. Started
+# first, the long ones overlap and the short ones fill the tail. Order only: a module missing
+# from this list, or one that has become fast, changes no test's outcome.
+LONGEST_FIRST = (
+    "tests/pipelines/test_kill_publication.py",
+    "tests/audit/test_window_audit.py",
+    "tests/mechanisms/test_selection_distribution.py",
+    "tests/mechanisms/test_ks_timing.py",
+    "tests/audit/test_end_to_end_audit.py",
+    "tests/mechanisms/test_privacy_audit.py",
+    "tests/beam/test_quantiles.py",
+    "tests/mechanisms/test_ks_release.py",
+    "tests/mechanisms/test_ks_cdf.py",
+    "tests/benchmarks/test_real_data_smoke.py",
+    "tests/benchmarks/test_jointexp_smoke.py",
+    "tests/mechanisms/test_per_key_selection.py",
+    "tests/ledger/test_exactly_once.py",
+    "tests/test_readme_commands.py",
+    "tests/benchmarks/test_jobs_smoke.py",
+)
+
+
+# Modules whose module-scoped fixture runs pipelines for most of a minute (the audits' runs on
+# D and D'), each one xdist group: with its tests shared by both workers, each worker built the
+# fixture (CI run 4: setup 54.7 s and 31.6 s for the end-to-end audit, 54.7 s and 30.1 s for
+# the window audit), and once more whenever a worker came back to the module after another.
+ONE_WORKER_MODULES = {
+    "tests/audit/test_end_to_end_audit.py": "end-to-end-audit",
+    "tests/audit/test_window_audit.py": "window-audit",
+}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker, put the modules of ``LONGEST_FIRST`` first (in its order), then
+    every other module that holds a ``slow`` test, then the rest; and mark the tests of
+    ``ONE_WORKER_MODULES`` with their xdist group.
+
+    Whole modules move, each keeping its tests' order: split up, a module-scoped fixture would
+    be built once more. ``tryfirst``: pytest-xdist reads the group marks in its own
+    ``pytest_collection_modifyitems`` (tests/test_xdist_groups.py checks a group reaches the
+    node id). A run without workers keeps the collection order.
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        group = ONE_WORKER_MODULES.get(item.nodeid.split("::", 1)[0])
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    rank = {module: index for index, module in enumerate(LONGEST_FIRST)}
+    slow_modules = {
+        item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")
+    }
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        if module in rank:
+            return (0, rank[module])
+        return (1, 0) if module in slow_modules else (2, 0)
+
+    items.sort(key=order)
