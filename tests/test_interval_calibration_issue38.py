@@ -7,7 +7,9 @@ grid just past the quantile), so on continuous data every interval covers: measu
 at both levels, shifts 70 / 74 ranks of 2 000 where about 14 would give the nominal level
 (benchmarks/RESULTS.md, "Real panels"). This test measures the upper side with an exact
 binomial test and fails today; it passes, and the strict xfail then fails the suite, once the
-intervals are calibrated: remove the marker then.
+intervals are calibrated: remove the marker then. The shift cannot simply be made smaller:
+tests/test_interval_worst_case_issue38.py computes exactly that the plan's shift is attained on
+the worst data, and that a shift nominal on continuous data fails on two-mode data.
 """
 
 from __future__ import annotations
