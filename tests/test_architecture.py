@@ -131,8 +131,12 @@ BEAM = "beam_dp.beam"
 CORE = {name for name in MODULES if name.startswith(f"{BEAM}._")}
 FAMILIES = {name for name in MODULES if name.startswith(f"{BEAM}.")} - CORE
 #: TopCandidates.Globally(candidates=None, key_selection=KeySelection(...)) composes DP key
-#: selection: the one edge between two families (docs/architecture.md).
-FAMILY_EDGES = {("beam_dp.beam.selection", "beam_dp.beam.key_selection")}
+#: selection: the one edge between two families (docs/architecture.md); the selection family's
+#: combiners are a module of their own.
+FAMILY_EDGES = {
+    ("beam_dp.beam.selection", "beam_dp.beam.key_selection"),
+    ("beam_dp.beam.selection", "beam_dp.beam.selection_combiners"),
+}
 
 
 def test_the_beam_layer_is_families_over_a_private_core() -> None:

@@ -29,14 +29,8 @@ from beam_dp.beam.key_selection import (
     KeySelectionSpec,
     SelectCandidates,
 )
-from beam_dp.beam.selection import (
-    BestPrice,
-    CandidateCountsFn,
-    Election,
-    ExponentialSelect,
-    RevenueFn,
-    TopCandidates,
-)
+from beam_dp.beam.selection import BestPrice, Election, ExponentialSelect, TopCandidates
+from beam_dp.beam.selection_combiners import CandidateCountsFn, RevenueFn
 from beam_dp.mechanisms import InsecureSeededRandom, selection_probabilities
 from beam_dp.release import Release, ledger_entries_to_record, make_release
 from beam_dp.scores import Revenue

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from apache_beam.internal import pickler
 
-from beam_dp.beam.selection import BestPrice, RevenueFn
+from beam_dp.beam.selection import BestPrice
+from beam_dp.beam.selection_combiners import RevenueFn
 from beam_dp.scores import Revenue
 from beam_dp.summaries.selection import PackedGrid
 
