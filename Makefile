@@ -44,7 +44,7 @@ postgresql:
 	  echo "warning: no PostgreSQL server binaries; install postgresql for the ledger tests" >&2; \
 	fi
 
-# The report test (tests/io/test_report.py) renders report.html in headless Chromium at 1000 and
+# The report test (tests/report/test_report.py) renders report.html in headless Chromium at 1000 and
 # 1400 px, with fonts that have the glyphs of unicode labels (Noto: most scripts, CJK, emoji).
 # Install Debian's chromium and the Noto fonts when missing and we may (root with apt-get); the
 # test skips without chromium only when CI is unset. `make run` does not need them.
