@@ -386,12 +386,21 @@ def mean_statement(
     grid_error: float,
     confidence: float,
     n: int | None = None,
+    count_error: int | None = None,
 ) -> AccuracyStatement:
     """The accuracy of a private mean in the values' own units.
 
-    The real loss of the released grid point is below ``score_loss + rounding_error``
-    (``rounding_error``: one step of the integer scores, ``sensitivity / resolution``), and
-    the best grid point is at most ``grid_error`` (the farthest any point of
+    With noisy sums (``count_error`` given, ``add_remove``): ``score_loss + rounding_error``
+    bounds the numerator's error ``|step (r + Z_s) - (mean - mid) Z_c|`` (value units x rows)
+    and ``count_error`` the count's noise ``|Z_c|``, jointly with probability ``confidence``,
+    so ``|out - mean| <= sum_error / (N - count_error)`` whenever ``N > count_error``
+    (:mod:`beam_dp.summaries.quantiles.mean`); nothing is stated for ``N <= count_error``.
+    Under ``replace`` the noisy sums are stated as the selection's ``value_error`` with
+    ``grid_error`` 0.
+
+    For the selection: the real loss of the released grid point is below ``score_loss +
+    rounding_error`` (``rounding_error``: one step of the integer scores, ``sensitivity /
+    resolution``), and the best grid point is at most ``grid_error`` (the farthest any point of
     ``[lower, upper]`` is from the grid) from the statistic.
 
     * ``replace`` (``n`` public): the score is ``-|T - r|`` in value units with ``T`` the
@@ -418,6 +427,8 @@ def mean_statement(
                 "public under 'replace'; if fewer are kept, of mid + sum(x - mid) / n)."
             ),
         )
+    if count_error is not None:
+        return _noisy_sums_statement(level, loss, int(count_error))
     examples = ", ".join(
         f"+/- {_stated(loss / rows + grid)} for N = {rows:,}" for rows in (1_000, 100_000)
     )
@@ -432,6 +443,29 @@ def mean_statement(
             f"{level}, the released mean is within +/- ({_stated(loss)} / N + {_stated(grid)}) "
             "of the mean of the N values kept after bounding, in the values' units ("
             f"{examples}); N itself is not released."
+        ),
+    )
+
+
+def _noisy_sums_statement(level: str, sum_error: float, count_error: int) -> AccuracyStatement:
+    """The add/remove noisy-sums mean's statement (see :func:`mean_statement`)."""
+    examples = ", ".join(
+        f"+/- {_stated(sum_error / (rows - count_error))} for N = {rows:,}"
+        for rows in (1_000, 100_000)
+        if rows > count_error
+    )
+    return AccuracyStatement(
+        bounds={"sum_error": sum_error, "count_error": float(count_error)},
+        units={
+            "sum_error": "value units x rows (divide by N - count_error)",
+            "count_error": "rows",
+            "score_loss": "value units x rows (the sum's noise bound)",
+            "step": "value units",
+        },
+        description=(
+            f"{level}, the released mean is within +/- {_stated(sum_error)} / (N - "
+            f"{count_error}) of the mean of the N values kept after bounding, in the values' "
+            f"units, whenever N > {count_error} ({examples}); N itself is not released."
         ),
     )
 

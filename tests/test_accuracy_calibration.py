@@ -301,7 +301,7 @@ def mean_coverage(
 ) -> Coverage:
     """How often ``|released - mean|`` is within the stated value bound."""
     n = ROWS if relation == "replace" else None
-    plan = plan_mean(MEAN_GRID, epsilon=EPSILON, relation=relation, n=n)
+    plan = plan_mean(MEAN_GRID, estimator="selection", epsilon=EPSILON, relation=relation, n=n)
     data_rng = np.random.default_rng(seed)
     source = _seeded(seed)
     spec = MeanSpec(
@@ -439,7 +439,7 @@ def test_mean_states_plus_minus_in_value_units_that_shrinks_with_public_n() -> N
     grid = Grid.uniform(0.0, 2.0, 10_000)
     errors = {}
     for n in (500, 20_000):
-        plan = plan_mean(grid, epsilon=1.0, relation="replace", n=n)
+        plan = plan_mean(grid, estimator="selection", epsilon=1.0, relation="replace", n=n)
         statement = mean_statement(
             relation="replace",
             score_loss=plan.score_loss,
@@ -457,7 +457,7 @@ def test_mean_states_plus_minus_in_value_units_that_shrinks_with_public_n() -> N
 
 def test_mean_under_add_remove_states_the_error_per_row_count() -> None:
     grid = Grid.uniform(0.0, 2.0, 10_000)
-    plan = plan_mean(grid, epsilon=1.0)
+    plan = plan_mean(grid, estimator="selection", epsilon=1.0)
     statement = mean_statement(
         relation="add_remove",
         score_loss=plan.score_loss,

@@ -74,6 +74,7 @@ from beam_dp.summaries.contribution_bounds import (
 from beam_dp.summaries.grids import parse_resolution, resolution_grid
 from beam_dp.summaries.histogram import ExactSum, Grid, GridHistogram
 from beam_dp.summaries.quantiles import MeanPlan, MeanSelection, QuantilePlan, QuantileSelection
+from beam_dp.summaries.quantiles.mean import NoisyMean
 
 if TYPE_CHECKING:
     from beam_dp.beam._graph import Wiring
@@ -534,7 +535,7 @@ class GridReleaseSpec:
 
     def record(
         self,
-        selection: QuantileSelection | MeanSelection,
+        selection: QuantileSelection | MeanSelection | NoisyMean,
         *,
         statistic: str,
         value: Any,

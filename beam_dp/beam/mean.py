@@ -1,25 +1,27 @@
-"""A private mean on Beam: the exponential mechanism over a public grid.
+"""A private mean on Beam: noisy sums (default), or a selection over a public grid.
 
-``PrivateMean.Globally`` / ``.PerKey`` release one grid point per window (and key)::
+``PrivateMean.Globally`` / ``.PerKey`` release one mean per window (and key)::
 
     releases = batches | PrivateMean.Globally(
         lower=0.0, upper=500.0, epsilon=1.0, unit_column="user_id", value_column="amount")
 
 Read top to bottom: the options (:class:`MeanOptions`), the spec of a release
 (:class:`MeanSpec`), the combiner (:class:`MeanCombineFn`: the exact sum and count of the
-clamped values; ``extract_output`` runs the exact selection of
-:func:`~beam_dp.summaries.quantiles.select_mean`), the construction and the transforms. What
+clamped values; ``extract_output`` runs :func:`~beam_dp.summaries.quantiles.mean.release_mean`:
+exact discrete Laplace noise on the centred sum and the count, or the exact selection), the
+construction and the transforms. What
 every grid statistic shares is :mod:`beam_dp.beam._grid`; the construction path
 :mod:`beam_dp.beam._transform`.
 
-Privacy: epsilon-DP under ``relation``, the utility and its sensitivity from
-:func:`~beam_dp.summaries.quantiles.plan_mean`; only a grid point is released, with
-``value_error`` (``replace``) or ``sum_error`` (``add_remove``) and ``grid_error``
+Privacy: epsilon-DP under ``relation``, the sensitivities from
+:func:`~beam_dp.summaries.quantiles.plan_mean`; only the mean is released, with
+``value_error`` (``replace``) or ``sum_error`` and ``count_error`` (``add_remove``)
 (:func:`beam_dp.release.mean_statement`). Units, keys and windows: ``docs/privacy_rules.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,15 +48,20 @@ from beam_dp.beam._transform import (
     PrivateOptions,
     PrivateTransform,
     divide_budget,
+    resolve_budget,
 )
 from beam_dp.release import Release, bound_notes, mean_statement
 from beam_dp.summaries.histogram import ExactSum, Grid
-from beam_dp.summaries.quantiles import (
+from beam_dp.summaries.quantiles.mean import (
+    DEFAULT_MEAN_ESTIMATOR,
+    MEAN_ESTIMATORS,
     MEAN_RESOLUTION,
+    MeanEstimator,
     MeanPlan,
     MeanSelection,
+    NoisyMean,
     plan_mean,
-    select_mean,
+    release_mean,
 )
 
 __all__ = [
@@ -79,9 +86,13 @@ class _MeanArgs(GridOptions, total=False):
 
     Attributes:
         n: the public number of values (``relation="replace"`` only; per key for ``.PerKey``).
+        estimator: ``"noisy_sums"`` (default) or ``"selection"`` (the grid selection).
+        sum_share: the sum's share of epsilon (``"noisy_sums"`` under ``add_remove``).
     """
 
     n: int | None
+    estimator: MeanEstimator
+    sum_share: float
 
 
 class MeanOptions(_MeanArgs, PrivateOptions, total=False):
@@ -115,9 +126,11 @@ class MeanSpec(GridReleaseSpec):
     plan: MeanPlan
 
     def release_merged(self, accumulator: ExactSum) -> Release:
-        return self.release(select_mean(accumulator, self.plan, rng=self.rng))
+        return self.release(release_mean(accumulator, self.plan, rng=self.rng))
 
-    def release(self, selection: MeanSelection) -> Release:
+    def release(self, selection: MeanSelection | NoisyMean) -> Release:
+        if isinstance(selection, NoisyMean):
+            return self._release_noisy(selection)
         return self.record(
             selection,
             statistic="mean",
@@ -140,6 +153,35 @@ class MeanSpec(GridReleaseSpec):
                 grid_error=grid_error(self.plan.grid),
                 confidence=self.confidence,
                 n=self.plan.n,
+            ),
+        )
+
+    def _release_noisy(self, released: NoisyMean) -> Release:
+        plan = self.plan
+        step = float(plan.step)
+        if plan.n is not None:  # replace: the centred sum over the public n
+            noise, rounding, count_error = plan.sum_bound * step / plan.n, step / (2 * plan.n), None
+        else:  # add_remove: the sum's noise and the count's, in value units x rows
+            half_width = (plan.grid.upper - plan.grid.lower) / 2
+            noise = plan.sum_bound * step + half_width * plan.count_bound
+            rounding, count_error = step / 2, plan.count_bound
+        return self.record(
+            released,
+            statistic="mean",
+            value=released.value,
+            mechanism="laplace",
+            notes=bound_notes(
+                [("the mean", released.value)], lower=plan.grid.lower, upper=plan.grid.upper
+            ),
+            extra_accuracy={"score_loss": plan.score_loss, "step": step},
+            statement=mean_statement(
+                relation=self.relation,
+                score_loss=noise,
+                rounding_error=rounding,
+                grid_error=0.0,
+                confidence=self.confidence,
+                n=plan.n,
+                count_error=count_error,
             ),
         )
 
@@ -191,8 +233,24 @@ def _build_mean(
     """A mean transform from its keywords (:meth:`PrivateTransform._build`): the plan (one per
     candidate bound with ``"auto"``) and the epsilon of every release, before any data."""
     values, specific = take_grid_options(variant, own, shared, DEFAULT_NUM_POINTS)
+    estimator = specific.get("estimator", DEFAULT_MEAN_ESTIMATOR)
+    if estimator not in MEAN_ESTIMATORS:
+        raise ValueError(
+            f"'estimator' must be one of {list(MEAN_ESTIMATORS)}; received {estimator!r}"
+        )
+    mechanism: str = values.options.method
+    if estimator == "noisy_sums":
+        # Discrete Laplace is pure epsilon-DP: its budget (and its division over keys and
+        # windows under zCDP, at epsilon^2 / 2) is a "laplace" one, and an "auto" bound choice
+        # runs permute-and-flip, pure as well, so both compose at the one rate.
+        mechanism = "laplace"
+        values = dataclasses.replace(
+            values, options=dataclasses.replace(values.options, method="permute_and_flip")
+        )
     options = values.options
-    budget = options.budget("mean", rounds=1)
+    budget = resolve_budget(
+        options.epsilon, name=options.name, default_name="mean", mechanism=mechanism, rounds=1
+    )
     release = options.per_release(budget, values.record_level)  # one key in one window
     epsilon = Fraction(release.epsilon)
 
@@ -205,6 +263,8 @@ def _build_mean(
             max_contributions=bound,
             method=options.method,
             confidence=options.confidence,
+            estimator=estimator,
+            sum_share=specific.get("sum_share"),
         )
 
     auto: AutoBoundSpec | None = None
@@ -221,6 +281,7 @@ def _build_mean(
     spec = MeanSpec(**values.spec_fields(release), plan=plan, auto=auto)
     display = {
         **values.display(budget.name, "mean", budget.epsilon),
+        "estimator": estimator,
         "max_contributions": "auto" if auto is not None else values.max_contributions,
         "privacy_unit": "record" if values.record_level else "unit_column",
         "contribution_bounds": str(values.ledger_bounds()),
@@ -230,7 +291,7 @@ def _build_mean(
         release_name=budget.name,
         keys_per_unit=values.keys_per_unit,
         display=display,
-        mechanism=options.method,
+        mechanism=mechanism,
         rounds=1,
         shares=options.shares(),
         spec=spec,
@@ -238,11 +299,25 @@ def _build_mean(
 
 
 class _MeanTransform(PrivateTransform):
-    """A private mean by the exponential mechanism over a public grid.
+    """A private mean: noisy sums (default) or the exponential mechanism over a public grid.
 
     Args:
         **options: :class:`MeanOptions` (``.PerKey``: :class:`MeanPerKeyOptions`): the grid
-            options (default uniform, 10^4 points; ``epsilon``: ``rounds=1``), plus ``n``.
+            options (default uniform, 10^4 points; ``epsilon``: ``rounds=1``), plus ``n``,
+            ``estimator`` and ``sum_share``.
+            ``estimator="noisy_sums"`` (default): the clamped values' centred sum in a public
+            integer unit plus exact discrete Laplace noise, and under ``add_remove`` the
+            count plus its own (``sum_share`` of epsilon to the sum, default 0.6), the mean
+            their ratio clamped to ``[lower, upper]``; under ``replace`` the public ``n`` is
+            the denominator and the whole epsilon goes to the sum. Sensitivities
+            ``k (upper - lower) / 2`` (sum) and ``k`` (count) under ``add_remove``,
+            ``k (upper - lower)`` (sum) under ``replace``. The ledger's mechanism is
+            ``"laplace"`` (pure epsilon-DP: a budget share for it names ``"laplace"``); an
+            ``"auto"`` bound choice then runs permute-and-flip, whatever ``method`` says.
+            No grid point is searched: the grid options only set the bounds. See
+            :mod:`beam_dp.summaries.quantiles.mean` (and :mod:`beam_dp.mechanisms.noise`
+            for why discrete Laplace pays no factor 2 where the selection does).
+            ``estimator="selection"``: a grid point by ``method``.
             ``relation="replace"`` with the public number of values ``n`` uses the seed's
             utility ``-|mean - r|`` (sensitivity ``k (upper - lower) / n``), with the mean
             read as the centred sum ``mid + sum(x - mid) / n`` over the public ``n``: the true
@@ -256,9 +331,12 @@ class _MeanTransform(PrivateTransform):
             noise: measured, it is not always better than 1 (benchmarks/RESULTS.md, "Mean").
 
     Privacy:
-        epsilon-DP under ``relation``; only a grid point is released. ``accuracy.score_loss``
-        bounds ``|mean - output|`` (replace) or ``|sum - N output|`` (add_remove) beyond the
-        grid term (at most half a cell in the mean's units).
+        epsilon-DP under ``relation``; only the mean is released. Noisy sums:
+        ``accuracy.sum_error`` and ``count_error`` bound ``|mean - output|`` by
+        ``sum_error / (N - count_error)`` when ``N > count_error`` (add_remove), or
+        ``value_error`` (replace). Selection: ``accuracy.score_loss`` bounds ``|mean -
+        output|`` (replace) or ``|sum - N output|`` (add_remove) beyond the grid term (at
+        most half a cell in the mean's units).
     """
 
     NAMESPACE: ClassVar[str] = "PrivateMean"

@@ -23,13 +23,9 @@ Together: (ε, δ)-DP. Without δ no threshold works (a label held by one unit w
 positive probability in one dataset and never in its neighbour), hence the error in
 :func:`check_key_selection`.
 
-Discrete Laplace samples follow Canonne, Kamath and Steinke (2020), Algorithm 2: a geometric
-``X`` with ``P(X = x) ∝ exp(-x / t)`` built from a uniform ``U < t`` accepted with probability
-``exp(-U / t)`` and a geometric number of ``exp(-1)`` coins ``V`` (``X = U + t V``), then
-``Y = floor(X / s)`` and a random sign (rejecting ``-0``). With ``scale = c / ε = t / s`` exactly
-(ε as the exact rational its float denotes), ``P(Z = z) ∝ exp(-|z| s / t)``. Every coin is an
-exact Bernoulli from :mod:`.bernoulli`; bits come from the OS CSPRNG unless a test passes a
-seeded source.
+Discrete Laplace samples are exact (:func:`beam_dp.mechanisms.noise.discrete_laplace`,
+Canonne, Kamath and Steinke 2020; imported here too, where it first lived), at
+``scale = c / ε`` (ε as the exact rational its float denotes).
 """
 
 from __future__ import annotations
@@ -46,8 +42,8 @@ from beam_dp._validation import (
     check_probability_open,
     to_fraction,
 )
-from beam_dp.mechanisms.bernoulli import geometric_exp
-from beam_dp.mechanisms.randomness import RandomSource, as_random_source
+from beam_dp.mechanisms.noise import discrete_laplace
+from beam_dp.mechanisms.randomness import RandomSource
 
 __all__ = [
     "DEFAULT_MAX_LABELS",
@@ -87,39 +83,6 @@ def check_key_selection(epsilon: object, delta: object, max_keys_per_unit: objec
 
 def _scale(epsilon: float | Fraction, max_keys_per_unit: int) -> Fraction:
     return Fraction(max_keys_per_unit) / to_fraction(epsilon, "epsilon")
-
-
-def discrete_laplace(
-    scale: float | Fraction,
-    n: int,
-    rng: RandomSource | np.random.Generator | None = None,
-) -> npt.NDArray[np.int64]:
-    """Return ``n`` exact samples with ``P(Z = z) ∝ exp(-|z| / scale)``.
-
-    Args:
-        scale: the noise scale (> 0, finite), converted to the exact rational it denotes.
-        n: number of samples (>= 0).
-        rng: ``None`` for the OS CSPRNG; a seeded source only in tests.
-    """
-    check_positive_finite(scale, "scale")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"'n' must be an integer >= 0; received {n!r}")
-    source = as_random_source(rng)
-    exact = to_fraction(scale, "scale")
-    t, s = exact.numerator, exact.denominator  # scale = t / s
-    out = np.zeros(int(n), dtype=np.int64)
-    todo = np.arange(int(n))
-    rate = Fraction(1, t)
-    while todo.size:
-        # Canonne, Kamath and Steinke 2020, Algorithm 3: X geometric with P(X = x) ∝ exp(-x / t),
-        # Y = floor(X / s), a fair sign, and "-0" rejected so that 0 is not counted twice.
-        x = geometric_exp(rate, todo.size, source)  # Python ints only past 2**62: never seen
-        y = np.array([int(g) // s for g in x], dtype=np.int64) if x.dtype == object else x // s
-        negative = source.below(2, todo.size).astype(bool)
-        keep = ~(negative & (y == 0))
-        out[todo[keep]] = np.where(negative[keep], -y[keep], y[keep])
-        todo = todo[~keep]
-    return out
 
 
 def _tail(k: int, log_a: float) -> float:

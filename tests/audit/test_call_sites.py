@@ -26,6 +26,8 @@ quantile points       ``select`` in ``beam_dp.summaries.quantiles.parameters``: 
                       (quantiles and mean), keys per unit, labels per unit (key selection)
 the CDF               ``release_ks_cdf`` in ``beam_dp.beam.cdf`` (its public entry point):
                       the noisy count and the KS sample
+the mean's sums       ``noisy_sum_and_count`` in ``beam_dp.summaries.quantiles.mean``: the
+                      noisy centred sum and count (the default mean)
 ====================  =====================================================================
 
 (The joint split's pair node is audited by its own test.)
@@ -74,6 +76,7 @@ import test_end_to_end_audit as e2e
 import beam_dp.beam.cdf
 import beam_dp.beam.key_selection
 import beam_dp.summaries.contribution_bounds
+import beam_dp.summaries.quantiles.mean
 import beam_dp.summaries.quantiles.parameters
 import beam_dp.summaries.selection
 from beam_dp.batching import ContributionBounds
@@ -294,6 +297,7 @@ QUANTILES = beam_dp.summaries.quantiles.parameters
 CHOICE = beam_dp.summaries.contribution_bounds
 KEY_SELECTION = beam_dp.beam.key_selection
 CDF = beam_dp.beam.cdf
+MEAN = beam_dp.summaries.quantiles.mean
 COARSE = "beam_dp.summaries.quantiles.coarse_to_fine"
 INTERVALS = "beam_dp.summaries.quantiles.intervals"
 
@@ -333,6 +337,33 @@ def _sample_at_2x(options: dict[str, Any]) -> dict[str, Any]:
         return {**options, "epsilon": 2 * epsilon}
     share = Fraction(share)
     return {**options, "epsilon": epsilon * (2 - share), "count_share": share / (2 - share)}
+
+
+def _mean_sum_at_2x(options: dict[str, Any]) -> dict[str, Any]:
+    """The mean's noisy sum at twice its part, the count at its own (as the CDF's count)."""
+    if Fraction(options["sum_share"]) == 1:  # no count released: the whole epsilon is the sum's
+        return _doubled(options)
+    epsilon, share = Fraction(options["epsilon"]), Fraction(options["sum_share"])
+    return {**options, "epsilon": epsilon * (1 + share), "sum_share": 2 * share / (1 + share)}
+
+
+def _mean_count_at_2x(options: dict[str, Any]) -> dict[str, Any]:
+    """The mean's noisy count at twice its part, the sum at its own."""
+    epsilon, share = Fraction(options["epsilon"]), Fraction(options["sum_share"])
+    return {**options, "epsilon": epsilon * (2 - share), "sum_share": share / (2 - share)}
+
+
+def _mean_mutants(site: str) -> tuple[Mutant, ...]:
+    return (
+        Mutant(f"{site}: noisy sum at 2ε", MEAN, "noisy_sum_and_count", change=_mean_sum_at_2x),
+        Mutant(
+            f"{site}: noisy count at 2ε",
+            MEAN,
+            "noisy_sum_and_count",
+            change=_mean_count_at_2x,
+            relations=("add_remove",),  # under replace the count is public: none is drawn
+        ),
+    )
 
 
 def _sites() -> list[Site]:
@@ -550,11 +581,21 @@ def _sites() -> list[Site]:
             ),
         ),
         Site(
-            "mean",
+            "mean",  # noisy sums: the sum and the count at half of epsilon each
             lambda r: PrivateMean.Globally(
-                **_values("mean", r), **({"n": CONCENTRATED.kept(2)} if r == "replace" else {})
+                **_values("mean", r),
+                **({"n": UNIFORM.kept(2)} if r == "replace" else {"sum_share": 0.5}),
             ),
-            (Mutant("mean at 2ε", QUANTILES, "select"),),
+            _mean_mutants("mean"),  # the loss is exactly epsilon: either part doubled passes it
+        ),
+        Site(
+            "mean_selection",
+            lambda r: PrivateMean.Globally(
+                estimator="selection",
+                **_values("mean_selection", r),
+                **({"n": CONCENTRATED.kept(2)} if r == "replace" else {}),
+            ),
+            (Mutant("mean (selection) at 2ε", QUANTILES, "select"),),
             data=CONCENTRATED,
         ),
         Site(
@@ -583,7 +624,12 @@ def _sites() -> list[Site]:
             ),
             (
                 Mutant("rows-per-unit choice (mean) at 2ε", CHOICE, "select"),
-                Mutant("mean at the chosen bound at 2ε", QUANTILES, "select"),
+                Mutant(
+                    "mean at the chosen bound at 2ε",
+                    MEAN,
+                    "noisy_sum_and_count",
+                    change=_mean_sum_at_2x,
+                ),
             ),
             stages=_choice_stages(),
             data=CONCENTRATED_ONE_ROW,
@@ -789,6 +835,7 @@ SAMPLER_ENTRIES = {
     "select_per_key": e2e._ORIGINAL_SELECT_PER_KEY,
     "select_keys": e2e._ORIGINAL_SELECT_KEYS,
     "release_ks_cdf": e2e._ORIGINAL_RELEASE_KS_CDF,
+    "noisy_sum_and_count": e2e._ORIGINAL_NOISY_SUM_AND_COUNT,
 }
 
 #: The modules that define (or re-export) the samplers: not call sites.
@@ -800,6 +847,7 @@ DEFINING_MODULES = frozenset(
         "beam_dp.mechanisms.partition_selection",
         "beam_dp.mechanisms.cdf",
         "beam_dp.mechanisms.cdf.release",
+        "beam_dp.mechanisms.noise",
     }
 )
 

@@ -3,8 +3,8 @@
 Issue 8, "Prove it end to end". Two methods:
 
 1. **Exact output distributions.** The sampler entry points the pipeline calls
-   (``select``, ``top_k``, ``select_per_key``, ``select_keys`` and ``release_ks_cdf``,
-   wherever a ``beam_dp`` module looks them up)
+   (``select``, ``top_k``, ``select_per_key``, ``select_keys``, ``release_ks_cdf`` and the
+   mean's ``noisy_sum_and_count``, wherever a ``beam_dp`` module looks them up)
    are wrapped: the wrapper records the merged integer scores, ε, Δ, monotonicity and method
    the combiner hands to the sampler, calls the original (so its checks still run), and
    returns a *public, data-independent* choice (the middle candidate; the first ``k``; the
@@ -19,6 +19,8 @@ Issue 8, "Prove it end to end". Two methods:
    labels both neighbours hold, and the δ part on the labels only one of them holds. The CDF
    (``release_ks_cdf``, its public entry point) on the exact laws of its noisy count and of
    its KS sample (:func:`~beam_dp.mechanisms.cdf.ks_pmf_bruteforce`, small grids only).
+   The mean's noisy sums on the exact loss of discrete Laplace noise: ``|d| / scale`` for a
+   value moved by ``d``, summed over the sum and the count.
    A release is the sampler calls of one Beam callback into beam_dp: a combiner's
    ``extract_output``, or a ``Map`` over a side input (a bound choice, a release at the chosen
    bound); ``test_call_sites.py`` audits every call site this way, each against its mutant.
@@ -73,6 +75,7 @@ from stats_helpers import clopper_pearson
 import beam_dp.batching.bounding
 import beam_dp.batching.hashing
 import beam_dp.mechanisms.cdf
+import beam_dp.mechanisms.noise
 import beam_dp.mechanisms.partition_selection
 import beam_dp.mechanisms.per_key
 import beam_dp.mechanisms.selection
@@ -259,6 +262,7 @@ _ORIGINAL_SELECT_KEYS = beam_dp.mechanisms.partition_selection.select_keys
 _ORIGINAL_SELECT_PER_KEY = beam_dp.mechanisms.per_key.select_per_key
 _ORIGINAL_BOUND_ROWS = beam_dp.batching.bounding.bound_rows
 _ORIGINAL_RELEASE_KS_CDF = beam_dp.mechanisms.cdf.release_ks_cdf
+_ORIGINAL_NOISY_SUM_AND_COUNT = beam_dp.mechanisms.noise.noisy_sum_and_count
 
 
 def _as_list(scores: Any) -> list[Any]:
@@ -434,6 +438,40 @@ def _recording_release_ks_cdf(cumulative_counts: Any, **options: Any) -> Any:
         recorder._busy = False
 
 
+def _recording_noisy_sum_and_count(centred_sum: int, count: int | None, **options: Any) -> Any:
+    """The mean's noisy sums (an integer centred sum and, under add/remove, the count):
+    recorded, then drawn. Nothing later depends on the draw, so its real output is returned.
+    """
+    recorder = _RECORDER
+    if recorder is None or recorder._busy:
+        return _ORIGINAL_NOISY_SUM_AND_COUNT(centred_sum, count, **options)
+    recorder._busy = True
+    try:
+        result = _ORIGINAL_NOISY_SUM_AND_COUNT(centred_sum, count, **options)  # its checks run
+        context = _context()
+        recorder.record(
+            Call(
+                "noisy_sums",
+                context.name,
+                [int(centred_sum), 0 if count is None else int(count)],
+                options["epsilon"],
+                int(options["sum_sensitivity"]),
+                method="laplace",
+                modules=context.modules,
+                extra=(
+                    Fraction(options["sum_share"]),
+                    int(options["count_sensitivity"]),
+                    count is None,
+                ),
+            ),
+            context.extract,
+            context.transform,
+        )
+        return result
+    finally:
+        recorder._busy = False
+
+
 def _patch_everywhere(
     monkeypatch: pytest.MonkeyPatch, original: Any, replacement: Any, defining: str
 ) -> int:
@@ -476,6 +514,12 @@ def install_recorders(monkeypatch: pytest.MonkeyPatch) -> None:
         _recording_release_ks_cdf,
         "beam_dp.mechanisms.cdf.release",
     ), "no beam_dp module calls release_ks_cdf: update the harness"
+    assert _patch_everywhere(
+        monkeypatch,
+        _ORIGINAL_NOISY_SUM_AND_COUNT,
+        _recording_noisy_sum_and_count,
+        "beam_dp.mechanisms.noise",
+    ), "no beam_dp module calls noisy_sum_and_count: update the harness"
 
 
 # --------------------------------------------------------------------------- the audit
@@ -505,6 +549,13 @@ def _sensitivity_violations(a: Call, b: Call) -> list[str]:
     """
     if a.kind == "ks":
         return []  # the KS scores are not the recorded counts
+    if a.kind == "noisy_sums":
+        problems = []
+        if abs(b.scores[0] - a.scores[0]) > a.sensitivity:
+            problems.append(f"{a.name}: the centred sum moved by more than its sensitivity")
+        if abs(b.scores[1] - a.scores[1]) > a.extra[1]:
+            problems.append(f"{a.name}: the count moved by more than its sensitivity")
+        return problems
     if a.kind == "select_keys":
         counts_a, counts_b = a.data(), b.data()
         labels = set(counts_a) | set(counts_b)
@@ -562,8 +613,23 @@ def ks_loss(a: Call, b: Call) -> float:
     return count + sample
 
 
+def noisy_sums_loss(a: Call, b: Call) -> float:
+    """The noisy sums' loss, exactly: discrete Laplace at scale ``b`` moved by ``d`` has
+    ``max |log P(z) - log P'(z)| = |d| / b`` (attained by every output beyond both centres),
+    for the sum at ``sum_share`` of epsilon and, when released, the count at the rest."""
+    share, count_sensitivity, public_count = a.extra
+    epsilon = Fraction(a.epsilon)
+    sum_epsilon = epsilon * share
+    loss = sum_epsilon * abs(b.scores[0] - a.scores[0]) / Fraction(a.sensitivity)
+    if not public_count:
+        loss += (epsilon - sum_epsilon) * abs(b.scores[1] - a.scores[1]) / count_sensitivity
+    return float(loss)
+
+
 def call_loss(a: Call, b: Call) -> tuple[float, float]:
     """(pure privacy loss, probability mass outside it) of one call between neighbours."""
+    if a.kind == "noisy_sums":
+        return noisy_sums_loss(a, b), 0.0
     if a.kind == "ks":
         return ks_loss(a, b), 0.0
     if a.kind == "select":
@@ -601,6 +667,9 @@ def _distance(a: Group, b: Group) -> float:
         if x.kind == "select_keys":
             dx, dy = x.data(), y.data()
             total += sum(abs(dx.get(label, 0) - dy.get(label, 0)) for label in set(dx) | set(dy))
+        elif x.kind == "noisy_sums":  # in units of one unit's reach: the count tells keys apart
+            total += abs(x.scores[0] - y.scores[0]) / float(x.sensitivity)
+            total += abs(x.scores[1] - y.scores[1])
         else:
             total += sum(abs(float(u) - float(v)) for u, v in zip(x.scores, y.scores, strict=True))
     return total
@@ -1061,6 +1130,14 @@ def _cases() -> list[Case]:
             "mean",
             lambda r: PrivateMean.Globally(
                 **_quantile("mean", r), **({"n": MEAN_N} if r == "replace" else {})
+            ),
+        ),
+        Case(
+            "mean_selection",  # the grid selection, reachable with estimator="selection"
+            lambda r: PrivateMean.Globally(
+                estimator="selection",
+                **_quantile("mean_selection", r),
+                **({"n": MEAN_N} if r == "replace" else {}),
             ),
         ),
         Case(

@@ -157,8 +157,9 @@ def test_mean_auto_bounds_the_flooder_and_records_the_choice() -> None:
     assert ledger.accuracy["epsilon_bound_choice"] + ledger.accuracy[
         "epsilon_statistic"
     ] == pytest.approx(HUGE, rel=1e-12)
-    # the sensitivity is that of the plan at the chosen bound (8 values per unit)
-    assert ledger.sensitivity == pytest.approx(8 * 10.0)
+    # the sensitivity is that of the plan at the chosen bound (8 values per unit): the noisy
+    # centred sum's, 8 values of at most (upper - lower) / 2 each
+    assert ledger.sensitivity == pytest.approx(8 * 10.0 / 2)
 
 
 def test_mean_per_key_auto_releases_every_key_at_one_chosen_bound() -> None:
@@ -499,6 +500,7 @@ def test_zcdp_mean_auto_the_two_rhos_fit_the_release() -> None:
         unit_column="user",
         epsilon=share,
         method="exponential",
+        estimator="selection",
         max_contributions="auto",
     )
     auto = transform._spec.auto

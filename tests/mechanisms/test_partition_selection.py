@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stats_helpers import FPR, chi_square_pvalue, clopper_pearson
 
-from beam_dp.mechanisms import InsecureSeededRandom, partition_selection
+from beam_dp.mechanisms import InsecureSeededRandom, noise
 from beam_dp.mechanisms.partition_selection import (
     NO_DELTA_HINT,
     check_key_selection,
@@ -159,7 +159,7 @@ WORK_OPTIONS = {"epsilon": 1.0, "delta": 1e-6, "max_keys_per_unit": 1_024}
 def _work_of(counts: np.ndarray, seed: int, **options: object) -> tuple[list[int], list[int]]:
     """(every read of random bytes, the size of every pass of the noise's loop) of one call."""
     passes: list[int] = []
-    original = partition_selection.geometric_exp
+    original = noise.geometric_exp
 
     def counted(rate: Fraction, n: int, source: object) -> np.ndarray:
         passes.append(int(n))
@@ -167,7 +167,7 @@ def _work_of(counts: np.ndarray, seed: int, **options: object) -> tuple[list[int
 
     source = ReadLog(seed)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(partition_selection, "geometric_exp", counted)
+        patch.setattr(noise, "geometric_exp", counted)
         select_keys(counts, rng=source, **{**WORK_OPTIONS, **options})  # type: ignore[arg-type]
     return source.reads, passes
 

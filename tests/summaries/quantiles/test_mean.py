@@ -25,12 +25,14 @@ from beam_dp.summaries.quantiles.mean import _sum_deviation_scores
 def test_mean_plans_need_n_exactly_under_replace() -> None:
     grid = Grid.uniform(0.0, 10.0, 101)
     with pytest.raises(ValueError, match="'n'"):
-        plan_mean(grid, epsilon=1.0, relation="replace")
+        plan_mean(grid, estimator="selection", epsilon=1.0, relation="replace")
     with pytest.raises(ValueError, match="only used with relation='replace'"):
-        plan_mean(grid, epsilon=1.0, n=10)
-    replace = plan_mean(grid, epsilon=1.0, relation="replace", n=50, max_contributions=2)
+        plan_mean(grid, estimator="selection", epsilon=1.0, n=10)
+    replace = plan_mean(
+        grid, estimator="selection", epsilon=1.0, relation="replace", n=50, max_contributions=2
+    )
     assert replace.sensitivity == Fraction(2 * 10, 50)
-    assert plan_mean(grid, epsilon=1.0).sensitivity == 10
+    assert plan_mean(grid, estimator="selection", epsilon=1.0).sensitivity == 10
 
 
 def test_mean_at_huge_epsilon_is_the_nearest_grid_point() -> None:
@@ -38,7 +40,7 @@ def test_mean_at_huge_epsilon_is_the_nearest_grid_point() -> None:
     values = np.array([1.0, 2.0, 3.3, 4.0, 25.0, math.nan])  # clamps to 10, drops NaN: mean 4.06
     summary = ExactSum(0.0, 10.0).add(values)
     for relation, n in (("add_remove", None), ("replace", 5)):
-        plan = plan_mean(grid, epsilon=1e6, relation=relation, n=n)
+        plan = plan_mean(grid, estimator="selection", epsilon=1e6, relation=relation, n=n)
         assert select_mean(summary, plan).value == pytest.approx(4.1)
 
 
@@ -47,7 +49,7 @@ def test_replace_mean_releases_whatever_the_number_of_values() -> None:
     # neighbour that turns one value into NaN, or sends one row fewer or more, must not turn a
     # release into an error: that would be a one-bit leak through the job's success.
     grid = Grid.uniform(0.0, 10.0, 11)
-    plan = plan_mean(grid, epsilon=1e6, relation="replace", n=3)
+    plan = plan_mean(grid, estimator="selection", epsilon=1e6, relation="replace", n=3)
     for values in (
         [1.0, 2.0, 6.0],
         [1.0, 2.0, math.nan],
@@ -74,7 +76,7 @@ def test_add_remove_mean_releases_for_any_number_of_values() -> None:
     summary = ExactSum(0.0, 10.0)
     summary.count = 2**50
     summary.scaled_sum = 5 * 2**50 * 2**1127  # 2**50 values at 5.0
-    selection = select_mean(summary, plan_mean(grid, epsilon=1.0))
+    selection = select_mean(summary, plan_mean(grid, estimator="selection", epsilon=1.0))
     assert selection.value == 5.0  # every other score sits at the floor -(2**62 - 1)
 
 
@@ -114,7 +116,7 @@ def test_mean_follows_the_exact_distribution(relation: str) -> None:
     values = np.array([0.5, 1.0, 3.7, 2.2, 1.1, 0.9])
     summary = ExactSum(0.0, 4.0).add(values)
     n = values.size if relation == "replace" else None
-    plan = plan_mean(grid, epsilon=3.0, relation=relation, n=n)
+    plan = plan_mean(grid, estimator="selection", epsilon=3.0, relation=relation, n=n)
     if relation == "replace":
         score = MeanScore(grid=grid.points, lower=0.0, upper=4.0, n=values.size)
         scores = score.compute(values)
