@@ -34,11 +34,12 @@ the worst run.
   (``PrivateQuantiles.Globally`` with ``max_contributions="auto"``, the resolution grid of an
   integer column (the job reads it from the export's schema), the 10^6-point uniform grid of
   a float one, the default split and the intervals at their default share); the mean as the
-  mean job sets it (``max_contributions=1``). The transform's own spec runs the release (the
-  bound choice, the uniform re-bounding, ``release_merged``: the code the Beam combiners call,
-  without the runner).
-* **beam-dp, no interval**: the same quartiles with ``interval=False``; **mean auto** and
-  **mean at d**: ``max_contributions="auto"`` and the true max rows ``d`` (issue item 5).
+  mean job sets it (``max_contributions="auto"``, the default noisy-sums estimator). The
+  transform's own spec runs the release (the bound choice, the uniform re-bounding,
+  ``release_merged``: the code the Beam combiners call, without the runner).
+* **beam-dp, no interval**: the same quartiles with ``interval=False``; **mean at d**: the
+  noisy sums at the true max rows ``d``; **selection, auto**: the mean before issue 38's
+  noisy sums (``estimator="selection"``, ``max_contributions="auto"``).
 * **OpenDP 0.16** ``make_private_quantile`` per quartile at epsilon/3, user-level: scale by
   binary search so that ``d_in = d`` (the true max rows per unit) costs epsilon/3; candidates
   the integers between the bounds (integer columns) or 10^4 uniform points.
@@ -216,10 +217,17 @@ def ours_quartiles(
 
 
 def ours_mean(
-    data: Dataset, epsilon: float, runs: int, rng: np.random.Generator, bound: int | str
+    data: Dataset,
+    epsilon: float,
+    runs: int,
+    rng: np.random.Generator,
+    bound: int | str,
+    estimator: str | None = None,
 ) -> Errors:
-    """The mean at ``max_contributions=bound`` (1: the mean job's default)."""
+    """The mean at ``max_contributions=bound`` ("auto": the mean job's default) with the
+    library's default estimator, or ``estimator``."""
     errors = Errors()
+    options: dict[str, Any] = {} if estimator is None else {"estimator": estimator}
     transform = PrivateMean.Globally(
         value_column="value",
         unit_column="unit",
@@ -227,6 +235,7 @@ def ours_mean(
         upper=data.upper,
         epsilon=epsilon,
         max_contributions=bound,
+        **options,
     )
     spec = transform._spec
     truth = truths(data)[MEAN]
@@ -355,8 +364,9 @@ class Cell:
     epsilon: float
     default: Errors
     no_interval: Errors
-    mean_auto: Errors
+    mean_selection: Errors
     mean_at_d: Errors
+    mean_default: Errors
     peers: dict[str, Errors | None]
 
     def best_peer(self, statistic: float | str) -> tuple[str, float] | None:
@@ -434,21 +444,21 @@ def interval_table(cells: Sequence[Cell]) -> list[str]:
 
 def mean_table(cells: Sequence[Cell]) -> list[str]:
     lines = [
-        "| column | eps | d | 1 row (job default) | auto (bounds chosen) | d rows | "
-        "PipelineDP | best of ours / best peer |",
-        "|---|---|---|---|---|---|---|---|",
+        "| column | eps | d | default: noisy sums, auto (bounds chosen) | noisy sums at d | "
+        "selection, auto (before) | PipelineDP | default / best peer | at d / best peer |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in cells:
-        values, counts = np.unique(cell.mean_auto.chosen, return_counts=True)
+        values, counts = np.unique(cell.mean_default.chosen, return_counts=True)
         chosen = ", ".join(f"{v}x{c}" for v, c in zip(values, counts, strict=True))
         best = cell.best_peer(MEAN)
-        ours = [e.median(MEAN) for e in (cell.default, cell.mean_auto, cell.mean_at_d)]
-        lowest = min(v for v in ours if v is not None)
+        peer = None if best is None else best[1]
         lines.append(
             f"| {cell.data.name} | {cell.epsilon:g} | {cell.data.per_unit.max()} | "
-            f"{shown(cell.default, MEAN)} | {shown(cell.mean_auto, MEAN)} ({chosen}) | "
-            f"{shown(cell.mean_at_d, MEAN)} | {shown(cell.peers['PipelineDP'], MEAN)} | "
-            f"{ratio(lowest, None if best is None else best[1])} |"
+            f"{shown(cell.default, MEAN)} ({chosen}) | {shown(cell.mean_at_d, MEAN)} | "
+            f"{shown(cell.mean_selection, MEAN)} | {shown(cell.peers['PipelineDP'], MEAN)} | "
+            f"{ratio(cell.default.median(MEAN), peer)} | "
+            f"{ratio(cell.mean_at_d.median(MEAN), peer)} |"
         )
     return lines
 
@@ -494,7 +504,8 @@ def measure(
 ) -> Cell:
     runs = args.runs
     default = ours_quartiles(data, epsilon, runs, rng, interval=True)
-    default.by_statistic.update(ours_mean(data, epsilon, runs, rng, 1).by_statistic)
+    mean_default = ours_mean(data, epsilon, runs, rng, "auto")
+    default.by_statistic.update(mean_default.by_statistic)
     peers: dict[str, Errors | None] = dict.fromkeys(PEERS)
     if not args.no_peers:
         makers: dict[str, Callable[[Dataset, float, int], Errors | None]] = {
@@ -509,8 +520,9 @@ def measure(
         epsilon,
         default,
         ours_quartiles(data, epsilon, runs, rng, interval=False),
-        ours_mean(data, epsilon, runs, rng, "auto"),
+        ours_mean(data, epsilon, runs, rng, "auto", estimator="selection"),
         ours_mean(data, epsilon, runs, rng, int(data.per_unit.max())),
+        mean_default,
         peers,
     )
 
@@ -574,7 +586,8 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
         "",
         *interval_table(cells),
         "",
-        "Mean: beam-dp at 1 row per unit (the job's default), auto, and the true max d.",
+        "Mean: beam-dp's default (noisy sums, auto bound), the noisy sums at the true max d, "
+        "and the selection with auto (the default before).",
         "",
         *mean_table(cells),
         "",
