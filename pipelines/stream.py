@@ -857,13 +857,18 @@ class StreamJob:
         ]
 
     def publish(self) -> None:
-        """Publish every window of this run whose releases were committed (each once)."""
+        """Publish every window of this run whose releases were committed (each once), then
+        write the outputs once for all of them (a run behind the clock publishes several
+        windows in one poll; the outputs hold every window, so each write costs them all)."""
+        published = False
         for index, record in sorted(self.windows.items()):
             if record["status"] != "granted" or record.get("attempt") != self.attempt:
                 continue  # published, failed, refused or another run's: never (again) here
             path = self.state.releases_file(self.attempt, index)
             if FileSystems.exists(path):
-                self._publish(index, record, path)
+                published = self._publish(index, record, path) or published
+        if published:
+            self.write_outputs()
 
     def _checked(self, index: int, path: str) -> list[dict[str, Any]]:
         """A window's committed releases, if they are exactly the planned ones."""
@@ -879,21 +884,23 @@ class StreamJob:
         releases, _skipped = check_releases(["window"], [("release", r) for r in gathered], planned)
         return releases
 
-    def _publish(self, index: int, record: dict[str, Any], path: str) -> None:
+    def _publish(self, index: int, record: dict[str, Any], path: str) -> bool:
         """Publish one window: its run committed in the ledger (unless it already is), the
-        window recorded as published, then the outputs rewritten. Each step is done once and
-        checked before it is done, so that a restart after a kill at any point finishes it."""
+        window recorded as published; the caller then rewrites the outputs. Each step is done
+        once and checked before it is done, so that a restart after a kill at any point
+        finishes it (a restart rewrites the outputs from every published window). Returns
+        whether the window was published (False: it failed its check)."""
         label = self.clock.label(index)
         try:
             releases = self._checked(index, path)
         except ReleaseCheckError as error:
             self._fail_window(index, record, str(error))
-            return
+            return False
         run_id = record.get("run")
         run_state = None if run_id is None else self._run_state(int(run_id))
         if run_state not in (None, "reserved", "committed"):
             self._fail_window(index, record, f"its ledger run is {run_state}")
-            return
+            return False
         if run_id is not None and run_state == "reserved":
             reservation = self._reservations.pop(index, None) or self._resume(int(run_id))
             entries = ledger_entries_to_record(
@@ -908,8 +915,8 @@ class StreamJob:
         record = {**record, "status": "published"}
         self.windows[index] = record
         self.state.set_window(index, record)
-        self.write_outputs()
         LOG.info("window %s: %d release(s) published", label, len(releases))
+        return True
 
     def _fail_window(self, index: int, record: dict[str, Any], reason: str) -> None:
         label = self.clock.label(index)
