@@ -177,6 +177,7 @@ from apache_beam.options.pipeline_options import (
     FlinkRunnerOptions,
     GoogleCloudOptions,
     PipelineOptions,
+    PortableOptions,
     StandardOptions,
 )
 from apache_beam.pvalue import PCollection
@@ -1409,6 +1410,14 @@ def flink_cluster_address(options: PipelineOptions) -> str | None:
     return master.rstrip("/") if re.match(r"^https?://", master) else f"http://{master}"
 
 
+def _flink_elsewhere(options: PipelineOptions) -> bool:
+    """A FlinkRunner pipeline sent to a job server the job did not start (``--job_endpoint``):
+    its Flink may be a cluster the job cannot ask unless ``--flink_master`` names it."""
+    runner = str(options.view_as(StandardOptions).runner or "")
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    return runner.rsplit(".", 1)[-1].lower() == "flinkrunner" and bool(endpoint)
+
+
 def flink_job_name(job_id: str, attempt: int) -> str:
     """The Flink job name of run ``attempt`` of stream job ``job_id`` (its ``--job_name``)."""
     return f"beam-dp-stream-{job_id[:16]}-run-{attempt}"
@@ -1583,6 +1592,12 @@ def run(
     )
     flink: FlinkJobs | None = None
     flink_address = flink_cluster_address(options)
+    if flink_address is None and _flink_elsewhere(options):
+        LOG.warning(
+            "FlinkRunner with --job_endpoint and no --flink_master host:port: a stop cannot "
+            "make sure its Flink job ended (Beam's cancel leaves a cluster's job running); "
+            "give the cluster's REST address as --flink_master"
+        )
     if flink_address is not None:
         flink = FlinkJobs(flink_address, args.cancel_timeout)
         named_job = options.view_as(GoogleCloudOptions)

@@ -143,3 +143,17 @@ def test_the_cluster_is_the_flink_master_of_a_flink_runner(
 def test_the_cancel_timeout_is_checked_by_name() -> None:
     with pytest.raises(ValueError, match="--cancel_timeout"):
         stream.FlinkJobs("http://127.0.0.1:1", timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        (["--runner", "FlinkRunner", "--job_endpoint", "localhost:8099"], True),
+        (["--runner", "FlinkRunner"], False),  # Beam's own job server: it ends with the job
+        (["--runner", "DirectRunner", "--job_endpoint", "localhost:8099"], False),
+    ],
+)
+def test_a_flink_job_server_the_job_did_not_start_is_named_as_unchecked(
+    flags: list[str], warned: bool
+) -> None:
+    assert stream._flink_elsewhere(PipelineOptions(flags)) is warned
