@@ -67,11 +67,16 @@ from beam_dp.beam.quantiles import PrivateQuantiles
 from beam_dp.mechanisms.bernoulli import bernoulli_exp_multiples_walk
 from beam_dp.mechanisms.cdf.ks import Sampler
 from beam_dp.summaries.quantiles import joint
-from beam_dp.summaries.quantiles.joint import select_pair
+from beam_dp.summaries.quantiles.joint import select_on_errors, select_pair
+from beam_dp.summaries.quantiles.recursive import ENVELOPE_GRID
 
 #: The sampler entry points of the call-site audit, and the joint split's pair sampler (its
 #: call site is audited by its own test, but its work is replayed here).
-REPLAY_ENTRIES = {**cs.SAMPLER_ENTRIES, "select_pair": select_pair}
+REPLAY_ENTRIES = {
+    **cs.SAMPLER_ENTRIES,
+    "select_pair": select_pair,
+    "select_on_errors": select_on_errors,
+}
 
 #: The production call sites, found before any recorder replaces a sampler's name.
 CALL_SITES = frozenset(
@@ -151,6 +156,8 @@ def _public_shape(where: tuple[str, str], args: tuple[Any, ...]) -> tuple[Any, .
         return (len(np.asarray(data)),)
     if attribute == "select_pair":  # (first, second, rate, source)
         return (len(data), repr(args[2]))
+    if attribute == "select_on_errors":  # (errors, rate, source)
+        return (len(data), repr(args[1]))
     return ()
 
 
@@ -191,6 +198,8 @@ def replay(call: Captured, seed: int, released_count: int | None = None) -> Repl
         patch.setattr(beam_dp.mechanisms.cdf.release, "Sampler", CountedSampler)
         if call.where[1] == "select_pair":  # the source is its fourth argument
             select_pair(*call.args[:3], source)
+        elif call.where[1] == "select_on_errors":  # and the third here
+            select_on_errors(*call.args[:2], source)
         else:
             REPLAY_ENTRIES[call.where[1]](*call.args, **call.options, rng=source)
     counters = Counter(entry[0] for entry in source.log)
@@ -282,7 +291,21 @@ JOINT_PAIR = cs.Site(
     (),
 )
 
-CASES = {site.name: site for site in (*cs.SITES_UNDER_AUDIT, THOUSAND_LABELS, JOINT_PAIR)}
+FINE_GRID_QUANTILES = cs.Site(
+    "fine_grid_quantiles",  # a recursive split's single node, on a grid above ENVELOPE_GRID
+    lambda r: PrivateQuantiles.Globally(
+        [0.5],
+        interval=False,
+        split="recursive",
+        **{**cs._values("fine_grid_quantiles", r), "num_points": ENVELOPE_GRID + 1},
+    ),
+    (),
+)
+
+CASES = {
+    site.name: site
+    for site in (*cs.SITES_UNDER_AUDIT, THOUSAND_LABELS, JOINT_PAIR, FINE_GRID_QUANTILES)
+}
 
 #: Every production call site and the cases whose pipelines reach it (each is checked to).
 REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -323,6 +346,7 @@ REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
     ),
     ("beam_dp.beam.cdf", "release_ks_cdf"): ("cdf_count", "cdf_public_n"),
     ("beam_dp.summaries.quantiles.recursive", "select_pair"): ("joint_pair",),
+    ("beam_dp.summaries.quantiles.recursive", "select_on_errors"): ("fine_grid_quantiles",),
 }
 
 #: One case per call site for the Hypothesis neighbours (their builds take no data size).

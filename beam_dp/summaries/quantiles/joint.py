@@ -46,6 +46,7 @@ from beam_dp.mechanisms import RandomSource
 from beam_dp.mechanisms.dyadic import (
     CLAMP,
     FINE_LEVELS,
+    FINE_STEPS,
     fine_envelope_levels,
     fine_level,
     scaled_exp_bounds,
@@ -53,7 +54,15 @@ from beam_dp.mechanisms.dyadic import (
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.quantiles.parameters import selection_loss
 
-__all__ = ["PAIR_ROUNDS", "pair_loss", "pair_scores", "pair_sensitivity", "select_pair"]
+__all__ = [
+    "PAIR_ROUNDS",
+    "pair_loss",
+    "pair_scores",
+    "pair_sensitivity",
+    "range_errors",
+    "select_on_errors",
+    "select_pair",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -122,97 +131,408 @@ def pair_scores(
     return signed[0], signed[1], common
 
 
+def range_errors(
+    low: IntArray, high: IntArray | None, n: int, alphas: tuple[Fraction, Fraction]
+) -> tuple[IntArray, IntArray, int]:
+    """:func:`pair_scores` of candidates with rank ranges ``[low, high]`` in ``n`` values
+    (``high`` ``None``: cuts, ``high == low``), with fewer passes over the candidates."""
+    first, second = alphas
+    common = math.lcm(first.denominator, second.denominator)
+    check_fits_int64(4 * common * max(n, 0), "joint quantile scores")
+    targets = [int(alpha * common) * n for alpha in alphas]
+    scaled_low = common * low
+    if high is None:
+        return scaled_low - targets[0], scaled_low - targets[1], common
+    scaled_high = common * high
+    signed = []
+    for target in targets:
+        errors = np.maximum(scaled_low - target, 0)
+        errors += np.minimum(scaled_high - target, 0)
+        signed.append(errors)
+    return signed[0], signed[1], common
+
+
 #: The envelope's unit: a weight of 1 is ``_ONE`` units, a fine level's weight
 #: ``k 2**-s / 16`` is ``k 2**(CLAMP + 1 - s)`` units (an integer for every level).
 _ONE = 16 << (CLAMP + 1)
 _LEVEL_MASS = tuple(k << (CLAMP + 1 - s) for k, s in map(fine_level, range(FINE_LEVELS)))
+_LEVEL_MASSES = np.array(_LEVEL_MASS, dtype=object)
+
+
+#: Offsets at which the fine envelope levels begin, for one rate (:func:`_level_thresholds`).
+_THRESHOLD_CACHE: dict[float, IntArray] = {}
+_NO_OFFSET = np.int64(1 << 62)
+#: Where each octave's fine levels begin, in ``y / ln 2`` beyond the octave (a guess's input).
+_STEP_STARTS = np.log2(16.0 / np.arange(16, 16 - FINE_STEPS, -1))
+
+
+def _levels_of(rate: float, offsets: IntArray) -> IntArray:
+    """The fine envelope level of each offset: the levels of the rate times it."""
+    return fine_envelope_levels(rate * offsets.astype(np.float64))
+
+
+def _level_thresholds(rate: float) -> IntArray:
+    """``t[L]``: the smallest non-negative integer offset whose level (:func:`_levels_of`) is at
+    least ``L``, for every fine level (:data:`_NO_OFFSET` when none below ``2**62`` is).
+
+    A function of the public rate alone. The level is non-decreasing in the offset (a float
+    product with a positive constant and the level of :func:`fine_envelope_levels` are), so
+    the members of a monotone family at level ``L`` are those with offsets in
+    ``[t[L], t[L + 1])``: a contiguous run, found by binary search instead of a level per
+    member. Found by bisection on the integers, from a float guess's bracket when it holds.
+    """
+    cached = _THRESHOLD_CACHE.get(rate)
+    if cached is not None:
+        return cached
+    wanted = np.arange(FINE_LEVELS, dtype=np.int64)
+    top = int(_levels_of(rate, np.array([_NO_OFFSET - 1], dtype=np.int64))[0])
+    open_ = wanted <= top
+    # A float guess of where each level begins (``y / ln 2`` reaching its threshold), then a
+    # bracket around it checked exactly; where the check fails, the whole range.
+    octave, step = np.divmod(wanted, FINE_STEPS)
+    guess = (octave + _STEP_STARTS[step]) * (math.log(2.0) / rate)
+    ceiling = float(_NO_OFFSET)
+    low = np.clip(np.floor(guess * (1 - 2.0**-40)) - 2, 0, ceiling).astype(np.int64)
+    high = np.clip(np.ceil(guess * (1 + 2.0**-40)) + 2, 0, ceiling).astype(np.int64)
+    below = (low == 0) | (_levels_of(rate, np.maximum(low - 1, 0)) < wanted)
+    above = _levels_of(rate, high) >= wanted
+    low = np.where(below & above, low, 0)
+    high = np.where(below & above, high, _NO_OFFSET - 1)
+    # Bisection: the smallest offset in [low, high] whose level is at least L.
+    while True:
+        active = open_ & (low < high)
+        if not active.any():
+            break
+        middle = low + (high - low) // 2
+        reached = _levels_of(rate, middle) >= wanted
+        high = np.where(active & reached, middle, high)
+        low = np.where(active & ~reached, middle + 1, low)
+    thresholds: IntArray = np.where(open_, low, _NO_OFFSET).astype(np.int64)
+    if len(_THRESHOLD_CACHE) > 256:
+        _THRESHOLD_CACHE.clear()
+    _THRESHOLD_CACHE[rate] = thresholds
+    return thresholds
 
 
 @dataclass(frozen=True)
 class _Family:
-    """Weighted grid points of one side of a piece.
+    """Weighted grid points of one side of a piece, laid out by envelope level.
 
-    Member ``r`` is grid point ``positions[r]`` with ``counts[r]`` pairs attached (1 for a
-    product piece), target weight ``exp(-rate2 * offsets[r])`` per pair (``offsets`` are the
-    scores minus their minimum ``floor``) and envelope weight ``k 2**-s / 16`` per pair, the
-    fine level ``levels[r]`` (:func:`~beam_dp.mechanisms.dyadic.fine_envelope_levels`).
-    ``members`` lists the members by level; ``cumulative`` sums their counts in that order.
-    The envelope is laid out level by level over ``[0, total)`` in units (:data:`_ONE` per
-    unit of weight): ``occupied`` are the levels holding members, ``level_ends`` where each
-    ends and ``counts_before`` the pairs of the levels before it.
+    Member ``r`` (``0 <= r < size``) is grid point ``start + r``; its score is
+    ``sign * values[r]`` (``values`` non-decreasing, so the scores are monotone in ``r``) and
+    its offset that minus ``floor``, the least score of a member with pairs. It has
+    ``counts[r]`` pairs (1 for a product piece: ``prefix`` is ``None``; else ``prefix[r]`` is
+    the pairs of the members before ``r``), target weight ``exp(-rate2 * offset)`` per pair
+    and envelope weight ``k 2**-s / 16`` per pair, its fine level
+    (:func:`~beam_dp.mechanisms.dyadic.fine_envelope_levels` of the float ``rate2 *
+    offset``). Levels are monotone in ``r``, so each level's members are a run
+    ``[block_starts[b], block_ends[b])``; ``levels`` lists the runs' levels in increasing
+    order. The envelope is laid out run by run in that order, members in increasing ``r``
+    within a run, over ``[0, total)`` in units (:data:`_ONE` per unit of weight):
+    ``level_ends`` is where each run ends and ``counts_before`` the pairs of the runs before.
     """
 
-    positions: IntArray
-    offsets: IntArray
-    counts: IntArray
+    start: int
+    values: IntArray
+    sign: int
     floor: int
-    levels: IntArray
-    members: IntArray
-    cumulative: IntArray
-    total: int
-    occupied: tuple[int, ...]
-    level_ends: tuple[int, ...]
+    size: int
+    prefix: IntArray | None
+    levels: tuple[int, ...]
+    block_starts: tuple[int, ...]
+    block_ends: tuple[int, ...]
     counts_before: tuple[int, ...]
+    level_ends: tuple[int, ...]
+    total: int
+
+    @property
+    def positions(self) -> IntArray:
+        """Every member's grid point."""
+        return np.arange(self.start, self.start + self.size, dtype=np.int64)
+
+    @property
+    def offsets(self) -> IntArray:
+        """Every member's offset."""
+        return self.sign * self.values[: self.size] - self.floor
+
+    def offset(self, member: int) -> int:
+        return self.sign * int(self.values[member]) - self.floor
 
     def locate(self, unit: int) -> int:
-        """The pair holding envelope unit ``unit`` (``0 <= unit < total``), numbered in the
-        order of :attr:`cumulative`: each member's pairs are ``counts[r]`` runs of its level's
-        mass, so a uniform unit is a pair drawn exactly in proportion to the envelope
-        (:meth:`member` names its member)."""
+        """The pair holding envelope unit ``unit`` (``0 <= unit < total``), numbered run by run:
+        each member's pairs are ``counts[r]`` runs of its level's mass, so a uniform unit is a
+        pair drawn exactly in proportion to the envelope (:meth:`member` names its member)."""
         at = bisect.bisect_right(self.level_ends, unit)
         before = self.level_ends[at - 1] if at else 0
-        return self.counts_before[at] + (unit - before) // _LEVEL_MASS[self.occupied[at]]
+        return self.counts_before[at] + (unit - before) // _LEVEL_MASS[self.levels[at]]
 
-    def member(self, pair: int) -> int:
-        """The member whose pairs hold ``pair`` (a value of :meth:`locate`)."""
-        return int(self.members[int(self.cumulative.searchsorted(pair, side="right"))])
+    def member(self, pair: int) -> tuple[int, int]:
+        """The member whose pairs hold ``pair`` (a value of :meth:`locate`), and its level."""
+        at = bisect.bisect_right(self.counts_before, pair) - 1
+        first = self.block_starts[at]
+        within = pair - self.counts_before[at]
+        if self.prefix is None:
+            return first + within, self.levels[at]
+        end = self.block_ends[at]
+        reached = int(self.prefix[first]) + within
+        r = first + int(np.searchsorted(self.prefix[first + 1 : end + 1], reached, side="right"))
+        return r, self.levels[at]
 
 
-def _family(positions: IntArray, scores: IntArray, counts: IntArray, rate2: Fraction) -> _Family:
-    keep = counts > 0
-    positions, scores, counts = positions[keep], scores[keep], counts[keep]
-    floor = int(scores.min())
-    offsets = scores - floor
-    levels = fine_envelope_levels(float(rate2) * offsets.astype(np.float64))
-    members = np.argsort(levels.astype(np.uint16), kind="stable")  # radix sort
-    cumulative = np.cumsum(counts[members])
-    sorted_levels = levels[members]
-    occupied = np.flatnonzero(np.bincount(levels, minlength=FINE_LEVELS))
-    starts = np.searchsorted(sorted_levels, occupied, side="left")
-    counts_before = np.concatenate([[0], cumulative])[starts]
-    level_counts = np.diff(np.concatenate([counts_before, cumulative[-1:]]))
-    ends, total = [], 0
-    for level, count in zip(occupied.tolist(), level_counts.tolist(), strict=True):
-        total += count * _LEVEL_MASS[level]
-        ends.append(total)
+def _family(
+    start: int, values: IntArray, sign: int, counts: IntArray | None, rate2: Fraction
+) -> _Family:
+    """The family of members ``start + r`` with scores ``sign * values[r]`` (``values``
+    non-decreasing) and ``counts[r]`` pairs each (``None``: one each). Members without pairs
+    add nothing to the envelope. Work: ``O(FINE_LEVELS log d)`` searches, plus one prefix sum
+    of ``counts``."""
+    size = int(values.size)
+    prefix: IntArray | None = None
+    if counts is None:
+        first, last = 0, size - 1
+    else:
+        kept = np.flatnonzero(counts > 0)
+        first, last = int(kept[0]), int(kept[-1])
+        prefix = np.zeros(last + 2, dtype=np.int64)
+        np.cumsum(counts[: last + 1], out=prefix[1:])
+    size = last + 1
+    values = values[:size]
+    floor = int(values[first]) if sign > 0 else -int(values[last])
+    thresholds = _level_thresholds(float(rate2))
+    # Members r >= first (sign +1) or r <= last (sign -1) have offsets >= 0; a member's level
+    # is >= L when its offset is >= thresholds[L].
+    if sign > 0:
+        # offset >= t  <=>  values[r] >= floor + t
+        limit = np.where(thresholds >= _NO_OFFSET, np.iinfo(np.int64).max, floor + thresholds)
+        bounds = np.searchsorted(values, limit, side="left")
+        bounds = np.clip(bounds, first, size)
+        starts, ends = bounds, np.concatenate([bounds[1:], [size]])
+    else:
+        # offset >= t  <=>  values[r] <= -(floor + t): the members before the bound
+        limit = np.where(thresholds >= _NO_OFFSET, np.iinfo(np.int64).min, -(floor + thresholds))
+        bounds = np.searchsorted(values, limit, side="right")
+        bounds = np.clip(bounds, 0, size)
+        ends, starts = bounds, np.concatenate([bounds[1:], [0]])
+    occupied = np.flatnonzero(ends > starts)
+    starts, ends = starts[occupied], ends[occupied]
+    sizes = ends - starts if prefix is None else prefix[ends] - prefix[starts]
+    counts_before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    level_ends = np.cumsum(sizes.astype(object) * _LEVEL_MASSES[occupied])
     return _Family(
-        positions,
-        offsets,
-        counts,
+        start,
+        values,
+        sign,
         floor,
-        levels,
-        members,
-        cumulative,
-        total,
+        size,
+        prefix,
         tuple(occupied.tolist()),
-        tuple(ends),
+        tuple(starts.tolist()),
+        tuple(ends.tolist()),
         tuple(counts_before.tolist()),
+        tuple(level_ends.tolist()),
+        int(level_ends[-1]),
+    )
+
+
+def _sorted_pairs(i_low: IntArray, i_high: IntArray, j_low: IntArray, j_high: IntArray) -> IntArray:
+    """``#{(i, j): i_low <= i < i_high, j_low <= j < j_high, i <= j}``, element-wise: rows
+    ``i < j_low`` hold the whole width, rows from ``max(i_low, j_low)`` one fewer each."""
+    flat_rows = np.maximum(np.minimum(i_high, j_low) - i_low, 0)
+    width = np.maximum(j_high - j_low, 0)
+    start = np.maximum(i_low, j_low)
+    rows = np.maximum(np.minimum(i_high, j_high) - start, 0)
+    pairs: IntArray = flat_rows * width + rows * (j_high - start) - rows * (rows - 1) // 2
+    return pairs
+
+
+def _sorted_pairs_in(i_low: int, i_high: int, j_low: int, j_high: int) -> int:
+    """:func:`_sorted_pairs` of one rectangle, in Python integers."""
+    flat_rows = max(min(i_high, j_low) - i_low, 0)
+    start = max(i_low, j_low)
+    rows = max(min(i_high, j_high) - start, 0)
+    return flat_rows * max(j_high - j_low, 0) + rows * (j_high - start) - rows * (rows - 1) // 2
+
+
+def _unrank_pair(i_low: int, i_high: int, j_low: int, j_high: int, rank: int) -> tuple[int, int]:
+    """The ``rank``-th pair (rows of ``i`` in order, ``j`` in order within a row) of the set
+    counted by :func:`_sorted_pairs`."""
+    width = j_high - j_low
+    flat_rows = max(0, min(i_high, j_low) - i_low)
+    if width > 0 and rank < flat_rows * width:
+        return i_low + rank // width, j_low + rank % width
+    rank -= flat_rows * max(width, 0)
+    start = max(i_low, j_low)
+    span = j_high - start
+    low, high = 0, min(i_high, j_high) - start - 1  # the row: the largest k with before(k) <= rank
+    while low < high:
+        middle = (low + high + 1) // 2
+        if middle * span - middle * (middle - 1) // 2 <= rank:
+            low = middle
+        else:
+            high = middle - 1
+    before = low * span - low * (low - 1) // 2
+    return start + low, start + low + (rank - before)
+
+
+@dataclass(frozen=True)
+class _Box:
+    """Sorted pairs ``i <= j`` with ``i`` in ``[i_low, i_high)`` and ``j`` in ``[j_low,
+    j_high)`` whose utility is ``max(u_i, v_j)``: ``u = sign * a``, ``v = sign * b`` (the
+    pieces B, ``sign = 1``, and C, ``sign = -1``, of :func:`_pieces`).
+
+    A pair's offset is its utility minus ``floor`` (the piece's least utility) and its envelope
+    weight per pair is the fine level of the offset (as a family member's,
+    :func:`_level_thresholds`). The pairs below level ``L`` are those with ``u_i`` and ``v_j``
+    both below ``floor + t[L]``: a box of ``i`` and one of ``j`` (prefixes for B, where ``u``
+    and ``v`` rise along the grid, suffixes for C), so each level's pairs are the pairs of one
+    box minus those of the next smaller one, counted in closed form
+    (:func:`_sorted_pairs`). The envelope is laid out level by level (``levels``, in
+    increasing order, with ``level_ends``, ``counts_before`` and the boxes ``inner`` and
+    ``outer`` as ``(i bound, j bound)``: the moving ends), each level's pairs in the order of
+    :meth:`pair`.
+    """
+
+    first: IntArray
+    second: IntArray
+    sign: int
+    i_low: int
+    i_high: int
+    j_low: int
+    j_high: int
+    floor: int
+    levels: tuple[int, ...]
+    moving: IntArray
+    rows: IntArray
+    counts_before: tuple[int, ...]
+    level_ends: tuple[int, ...]
+    total: int
+
+    def utility(self, i: int, j: int) -> int:
+        return max(self.sign * int(self.first[i]), self.sign * int(self.second[j]))
+
+    def locate(self, unit: int) -> int:
+        """The pair holding envelope unit ``unit`` (``0 <= unit < total``)."""
+        at = bisect.bisect_right(self.level_ends, unit)
+        before = self.level_ends[at - 1] if at else 0
+        return self.counts_before[at] + (unit - before) // _LEVEL_MASS[self.levels[at]]
+
+    def _rectangles(self, at: int) -> tuple[tuple[int, int, int, int], ...]:
+        """The pairs of level ``levels[at]``: two rectangles (each with ``i <= j``)."""
+        row = int(self.rows[at])
+        i_in, j_in = (int(x) for x in self.moving[row])
+        i_out, j_out = (int(x) for x in self.moving[row + 1])
+        if self.sign > 0:  # prefixes [i_low, i), [j_low, j)
+            return (
+                (i_in, i_out, self.j_low, j_out),
+                (self.i_low, i_in, j_in, j_out),
+            )
+        return (  # suffixes [i, i_high), [j, j_high)
+            (i_out, i_in, j_out, self.j_high),
+            (i_in, self.i_high, j_out, j_in),
+        )
+
+    def pair(self, number: int) -> tuple[int, int, int]:
+        """The pair numbered ``number`` (a value of :meth:`locate`), and its level."""
+        at = bisect.bisect_right(self.counts_before, number) - 1
+        rank = number - self.counts_before[at]
+        for rectangle in self._rectangles(at):
+            size = _sorted_pairs_in(*rectangle)
+            if rank < size:
+                i, j = _unrank_pair(*rectangle, rank)
+                return i, j, self.levels[at]
+            rank -= size
+        raise AssertionError("a pair number beyond its level")  # pragma: no cover
+
+
+def _box(
+    first: IntArray,
+    second: IntArray,
+    sign: int,
+    bounds: tuple[int, int, int, int],
+    rate2: Fraction,
+) -> _Box | None:
+    """The box piece of :class:`_Box` (``None`` when it holds no sorted pair). Work:
+    ``O(FINE_LEVELS log d)`` searches and closed-form counts."""
+    i_low, i_high, j_low, j_high = bounds
+    if sign > 0:
+        j_least = max(i_low, j_low)
+        if i_low >= i_high or j_least >= j_high:
+            return None
+        floor = max(int(first[i_low]), int(second[j_least]))
+    else:
+        if i_low >= i_high or j_low >= j_high or i_low > j_high - 1:
+            return None
+        floor = max(-int(first[min(i_high, j_high) - 1]), -int(second[j_high - 1]))
+    thresholds = _level_thresholds(float(rate2))
+    big = np.iinfo(np.int64).max
+    limits = np.where(thresholds >= _NO_OFFSET, big, floor + thresholds)
+    limits = np.concatenate([limits, [big]])  # level L: limits[L] <= offset + floor < limits[L+1]
+    u, v = first[i_low:i_high], second[j_low:j_high]
+    if sign > 0:  # u_i < T: a prefix of i; v_j < T: a prefix of j
+        i_end = i_low + np.searchsorted(u, limits, side="left")
+        j_end = j_low + np.searchsorted(v, limits, side="left")
+        j_end[-1], i_end[-1] = j_high, i_high
+        counts = _sorted_pairs(np.full_like(i_end, i_low), i_end, np.full_like(j_end, j_low), j_end)
+        moving = np.stack([i_end, j_end], axis=1)
+    else:  # -a_i < T <=> a_i > -T: a suffix of i; likewise j
+        i_start = i_low + np.searchsorted(u, np.where(limits == big, -big, -limits), side="right")
+        j_start = j_low + np.searchsorted(v, np.where(limits == big, -big, -limits), side="right")
+        i_start[-1], j_start[-1] = i_low, j_low
+        counts = _sorted_pairs(
+            i_start, np.full_like(i_start, i_high), j_start, np.full_like(j_start, j_high)
+        )
+        moving = np.stack([i_start, j_start], axis=1)
+    sizes = np.diff(counts)
+    occupied = np.flatnonzero(sizes > 0)
+    sizes = sizes[occupied]
+    counts_before = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    level_ends = np.cumsum(sizes.astype(object) * _LEVEL_MASSES[occupied])
+    return _Box(
+        first,
+        second,
+        sign,
+        i_low,
+        i_high,
+        j_low,
+        j_high,
+        floor,
+        tuple(occupied.tolist()),
+        moving,
+        occupied,
+        tuple(counts_before.tolist()),
+        tuple(level_ends.tolist()),
+        int(level_ends[-1]),
     )
 
 
 @dataclass(frozen=True)
 class _Piece:
-    """Pairs whose utility separates into one or two families plus a constant.
+    """Pairs whose utility separates into one or two families plus a constant, or a box.
 
-    ``product``: pairs ``(first member, second member)``, kept when sorted. Otherwise one
-    family of grid points ``i`` (``grouped == "first"``) or ``j`` (``"second"``), each with
-    its partners uniform on ``[low[r], high[r]]``.
+    ``product``: pairs ``(first member, second member)``, kept when sorted. ``box``: the
+    sorted pairs of a :class:`_Box` (utility the larger of two terms).
     """
 
     families: tuple[_Family, ...]
     grouped: str
-    low: IntArray | None = None
-    high: IntArray | None = None
+    box: _Box | None = None
+
+    @property
+    def floor(self) -> int:
+        """The least utility of the piece's pairs."""
+        if self.box is not None:
+            return self.box.floor
+        return sum(f.floor for f in self.families)
+
+    @property
+    def mass(self) -> int:
+        """The envelope mass of the piece's pairs, in units of ``_ONE**-2`` (before the
+        constant's level)."""
+        if self.box is not None:
+            return self.box.total * _ONE
+        if len(self.families) == 1:
+            return self.families[0].total * _ONE
+        return self.families[0].total * self.families[1].total
 
 
 def _pieces(first: IntArray, second: IntArray, rate2: Fraction) -> list[_Piece]:
@@ -220,56 +540,28 @@ def _pieces(first: IntArray, second: IntArray, rate2: Fraction) -> list[_Piece]:
     ``b_j = second[j]``; on each, ``R = max(0, a, b) - min(0, a, b)`` separates."""
     a, b = first, second
     d = a.size
-    grid = np.arange(d, dtype=np.int64)
     i0 = int(np.searchsorted(a, 0, side="right"))  # a > 0 from here
     j1 = int(np.searchsorted(b, 0, side="left")) - 1  # b < 0 up to here
-    ones = np.ones(d, dtype=np.int64)
     pieces: list[_Piece] = []
 
-    def product(ri: slice, xi: IntArray, rj: slice, xj: IntArray) -> None:
-        pieces.append(
-            _Piece(
-                (
-                    _family(grid[ri], xi, ones[ri], rate2),
-                    _family(grid[rj], xj, ones[rj], rate2),
-                ),
-                "product",
-            )
+    def product(ri: slice, xi: IntArray, si: int, rj: slice, xj: IntArray, sj: int) -> None:
+        families = (
+            _family(int(ri.start), xi[ri], si, None, rate2),
+            _family(int(rj.start), xj[rj], sj, None, rate2),
         )
-
-    def grouped(side: str, at: slice, scores: IntArray, low: IntArray, high: IntArray) -> None:
-        counts = np.maximum(high - low + 1, 0)
-        if counts.any():
-            keep = counts > 0
-            family = _family(grid[at], scores, counts, rate2)
-            pieces.append(_Piece((family,), side, low[keep], high[keep]))
+        pieces.append(_Piece(families, "product"))
 
     # A: a <= 0 <= b, R = |a| + b (sorted except when every score is 0).
     if i0 > 0 and j1 + 1 < d:
-        product(slice(0, i0), -a[:i0], slice(j1 + 1, d), b[j1 + 1 :])
+        product(slice(0, i0), a, -1, slice(j1 + 1, d), b, 1)
     # D: a > 0 > b, R = a + |b|; sorted pairs lie in the square [i0, j1]**2.
     if i0 <= j1:
-        product(slice(i0, j1 + 1), a[i0 : j1 + 1], slice(i0, j1 + 1), -b[i0 : j1 + 1])
-    # B: a > 0, b >= 0, R = max(a, b). B1: b <= a (weight by i). B2: b > a (weight by j).
-    if i0 < d and j1 + 1 < d:
-        at = slice(i0, d)
-        low = np.maximum(grid[at], j1 + 1)
-        high = np.searchsorted(b, a[at], side="right").astype(np.int64) - 1
-        grouped("first", at, a[at], low, high)
-        at = slice(j1 + 1, d)
-        low = np.full(d - j1 - 1, i0, dtype=np.int64)
-        high = np.minimum(grid[at], np.searchsorted(a, b[at], side="left").astype(np.int64) - 1)
-        grouped("second", at, b[at], low, high)
-    # C: a <= 0, b < 0, R = max(|a|, |b|). C1: b >= a (weight by i). C2: b < a (by j).
-    if i0 > 0 and j1 >= 0:
-        at = slice(0, i0)
-        low = np.maximum(grid[at], np.searchsorted(b, a[at], side="left").astype(np.int64))
-        high = np.full(i0, j1, dtype=np.int64)
-        grouped("first", at, -a[at], low, high)
-        at = slice(0, j1 + 1)
-        low = np.searchsorted(a, b[at], side="right").astype(np.int64)
-        high = np.minimum(grid[at], i0 - 1)
-        grouped("second", at, -b[at], low, high)
+        product(slice(i0, j1 + 1), a, 1, slice(i0, j1 + 1), b, -1)
+    # B: a > 0, b >= 0, R = max(a, b); C: a <= 0, b < 0, R = max(|a|, |b|).
+    for sign, bounds in ((1, (i0, d, j1 + 1, d)), (-1, (0, i0, 0, j1 + 1))):
+        box = _box(a, b, sign, bounds, rate2)
+        if box is not None:
+            pieces.append(_Piece((), "box", box=box))
     return pieces
 
 
@@ -286,6 +578,38 @@ def select_pair(
     """
     i, j, _ = _pair_rounds(first, second, rate, source)
     return i, j
+
+
+def select_on_errors(errors: IntArray, rate: Fraction, source: RandomSource) -> int:
+    """Draw ``i`` with probability proportional to ``exp(-rate * |errors[i]|)``, exactly: the
+    exponential mechanism of one quantile on signed rank errors (non-decreasing along the
+    candidates, as :func:`range_errors` makes them).
+
+    The same sampler as :func:`select_pair` with two pieces, the candidates with ``e <= 0``
+    (offsets ``-e``) and those with ``e > 0``, each one family, and the same work:
+    :data:`PAIR_ROUNDS` rounds of :data:`_ROUND_WORDS` words, whatever the errors (a round reads
+    the piece's and the member's words and the coin's). A round's coin has two factors, so it
+    accepts with probability above ``(64 / 81)(1 - 2**-27)``, above the pair's bound.
+    """
+    return _draw_pair(_point_envelope(errors, rate), source)[0]
+
+
+def _point_envelope(errors: IntArray, rate: Fraction) -> _PairEnvelope:
+    """The envelope of :func:`select_on_errors` (checks the errors)."""
+    e = np.asarray(errors, dtype=np.int64)
+    if e.ndim != 1 or e.size == 0:
+        raise ValueError("'errors' must be non-empty and one-dimensional")
+    if bool((e[1:] < e[:-1]).any()):
+        raise ValueError("'errors' must be non-decreasing along the grid")
+    if rate < 0:
+        raise ValueError(f"'rate' must be >= 0; received {rate}")
+    above = int(np.searchsorted(e, 0, side="right"))  # e > 0 from here
+    pieces = []
+    if above > 0:
+        pieces.append(_Piece((_family(0, e[:above], -1, None, rate),), "single"))
+    if above < e.size:
+        pieces.append(_Piece((_family(above, e[above:], 1, None, rate),), "single"))
+    return _envelope_of(pieces, rate, int(e.size))
 
 
 @dataclass(frozen=True)
@@ -315,29 +639,29 @@ def _pair_envelope(first: IntArray, second: IntArray, rate: Fraction) -> _PairEn
     b = np.asarray(second, dtype=np.int64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise ValueError("'first' and 'second' must be non-empty and of one length")
-    if np.any(np.diff(a) < 0) or np.any(np.diff(b) < 0):
+    if bool((a[1:] < a[:-1]).any()) or bool((b[1:] < b[:-1]).any()):
         raise ValueError("'first' and 'second' must be non-decreasing along the grid")
-    if np.any(a < b):  # the lower quantile's error is never below the higher one's
+    if bool((a < b).any()):  # the lower quantile's error is never below the higher one's
         raise ValueError("'first' must be >= 'second' at every grid point")
     if rate < 0:
         raise ValueError(f"'rate' must be >= 0; received {rate}")
     rate2 = 2 * rate
-    pieces = _pieces(a, b, rate2)
-    floors = [sum(f.floor for f in piece.families) for piece in pieces]
+    return _envelope_of(_pieces(a, b, rate2), rate2, int(a.size))
+
+
+def _envelope_of(pieces: list[_Piece], rate2: Fraction, size: int) -> _PairEnvelope:
+    """The envelope over ``pieces`` whose utilities are weighed by ``exp(-rate2 * u)``."""
+    floors = [piece.floor for piece in pieces]
     least = min(floors)
     constants = [floor - least for floor in floors]
     estimates = np.array([float(rate2) * float(c) for c in constants])
     constant_levels = [int(x) for x in fine_envelope_levels(estimates)]
     weights = [  # in units of _ONE**-3
-        math.prod(f.total for f in piece.families)
-        * _LEVEL_MASS[level]
-        * _ONE ** (2 - len(piece.families))
+        piece.mass * _LEVEL_MASS[level]
         for piece, level in zip(pieces, constant_levels, strict=True)
     ]
     ends = [int(x) for x in np.cumsum(np.array(weights, dtype=object))]
-    return _PairEnvelope(
-        pieces, constants, constant_levels, weights, ends, ends[-1], rate2, int(a.size)
-    )
+    return _PairEnvelope(pieces, constants, constant_levels, weights, ends, ends[-1], rate2, size)
 
 
 def _pair_rounds(
@@ -441,25 +765,30 @@ def _round(
     leaves the second member's words unused and a product piece the partner's."""
     index = _uniform_unit((words[0], words[1]), envelope.total, envelope.locate, source)
     piece = envelope.pieces[index]
-    families = piece.families
-    family = families[0]
-    member = family.member(_uniform_unit((words[2], words[3]), family.total, family.locate, source))
-    utility = envelope.constants[index] + int(family.offsets[member])
-    levels = [envelope.constant_levels[index], int(family.levels[member])]
-    own = int(families[0].positions[member])
-    if piece.grouped == "product":
-        family = families[1]
-        other = family.member(
-            _uniform_unit((words[4], words[5]), family.total, family.locate, source)
+    box = piece.box
+    if box is not None:
+        i, j, level = box.pair(_uniform_unit((words[2], words[3]), box.total, box.locate, source))
+        utility = envelope.constants[index] + box.utility(i, j) - box.floor
+        levels = [envelope.constant_levels[index], level]
+    elif piece.grouped == "single":
+        (family,) = piece.families
+        member, level = family.member(
+            _uniform_unit((words[2], words[3]), family.total, family.locate, source)
         )
-        utility += int(family.offsets[other])
-        levels.append(int(family.levels[other]))
-        i, j = own, int(families[1].positions[other])
+        utility = envelope.constants[index] + family.offset(member)
+        levels = [envelope.constant_levels[index], level]
+        i = j = family.start + member
     else:
-        assert piece.low is not None and piece.high is not None
-        low, high = int(piece.low[member]), int(piece.high[member])
-        partner = low + _uniform_unit((words[6], words[7]), high - low + 1, _same, source)
-        i, j = (own, partner) if piece.grouped == "first" else (partner, own)
+        first, second = piece.families
+        member, level = first.member(
+            _uniform_unit((words[2], words[3]), first.total, first.locate, source)
+        )
+        other, other_level = second.member(
+            _uniform_unit((words[4], words[5]), second.total, second.locate, source)
+        )
+        utility = envelope.constants[index] + first.offset(member) + second.offset(other)
+        levels = [envelope.constant_levels[index], level, other_level]
+        i, j = first.start + member, second.start + other
     mantissas, exponent = 1, 0
     for level in levels:
         k, s = fine_level(level)

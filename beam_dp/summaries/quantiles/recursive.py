@@ -90,7 +90,7 @@ import numpy.typing as npt
 from beam_dp.mechanisms import RandomSource, as_random_source
 from beam_dp.scores._exact import check_fits_int64
 from beam_dp.summaries.histogram import Grid, less_greater
-from beam_dp.summaries.quantiles.joint import pair_scores, select_pair
+from beam_dp.summaries.quantiles.joint import range_errors, select_on_errors, select_pair
 from beam_dp.summaries.quantiles.parameters import (
     HistogramLike,
     RngLike,
@@ -102,9 +102,19 @@ from beam_dp.summaries.quantiles.utility import QuantileSelection, select_point
 if TYPE_CHECKING:
     from beam_dp.summaries.quantiles.planning import QuantileNode, QuantilePlan
 
-__all__ = ["Cut", "select_quantiles"]
+__all__ = ["ENVELOPE_GRID", "Cut", "select_quantiles"]
 
 IntArray = npt.NDArray[np.int64]
+
+#: Single nodes on grids of more than this many points draw with
+#: :func:`~.joint.select_on_errors`: the exponential mechanism by rejection from a dyadic
+#: envelope, a fixed number of rounds whatever the candidates (``docs/timing.md``), where
+#: ``plan.method`` (permute-and-flip by default) flips a coin per candidate: 4 million
+#: candidates at the root of a 2**21-point grid took seconds. Both are ``epsilon``-DP with
+#: the node's sensitivity and within the node's score-loss bound (Dwork-Roth 3.11, the
+#: exponential mechanism's, which permute-and-flip's is below); the exponential mechanism is
+#: also ``epsilon``-bounded-range (zCDP accounting of ``method="exponential"``).
+ENVELOPE_GRID = 1 << 16
 
 
 @dataclass(frozen=True, order=True)
@@ -191,19 +201,47 @@ class _Branch:
     def cuts(self, lattice: _Lattice) -> tuple[IntArray, IntArray, IntArray, int]:
         """``(points, parts, positions, n)``: every cut in the branch, in order, with its
         position in the branch (units of ``1 / Q``) and the branch's weight ``n``."""
+        offset, positions, n = self.cut_positions(lattice)
+        width = lattice.parts + 1
+        first, _ = self.points(lattice.num_points)
+        index = np.arange(offset, offset + positions.size, dtype=np.int64)
+        points, parts = np.divmod(index, width)
+        return points + first, parts, positions, n
+
+    def cut_positions(self, lattice: _Lattice) -> tuple[int, IntArray, int]:
+        """``(offset, positions, n)``: the positions of :meth:`cuts` alone; cut ``i`` of the
+        branch is part ``(offset + i) % (Q + 1)`` of grid point ``first + (offset + i) //
+        (Q + 1)`` (:meth:`cut_at`)."""
         first, last = self.points(lattice.num_points)
         start, end = self._ends(lattice)
         width = lattice.parts + 1
-        points = np.repeat(np.arange(first, last + 1, dtype=np.int64), width)
-        parts = np.tile(np.arange(width, dtype=np.int64), last - first + 1)
-        keep = np.ones(points.size, dtype=bool)
-        if self.low is not None:
-            keep &= (points != first) | (parts >= self.low.part)
-        if self.high is not None:
-            keep &= (points != last) | (parts <= self.high.part)
-        points, parts = points[keep], parts[keep]
-        positions: IntArray = lattice.below[points] + parts * lattice.equal[points] - start
-        return points, parts, positions, end - start
+        steps = np.arange(width, dtype=np.int64)
+        grid = lattice.below[first : last + 1, None] + steps * lattice.equal[first : last + 1, None]
+        grid -= start
+        every = grid.reshape(-1)
+        offset = 0 if self.low is None else self.low.part
+        stop = every.size if self.high is None else every.size - (lattice.parts - self.high.part)
+        return offset, every[offset:stop], end - start
+
+    def cut_at(self, lattice: _Lattice, offset: int, i: int) -> Cut:
+        """Cut ``i`` of :meth:`cut_positions`."""
+        first, _ = self.points(lattice.num_points)
+        point, part = divmod(offset + i, lattice.parts + 1)
+        return Cut(first + point, part)
+
+
+def signed_errors(low: IntArray, high: IntArray, n: int, alpha: Fraction) -> tuple[IntArray, int]:
+    """The signed distance from ``alpha n`` to every candidate's range ``[low, high]`` (0 when
+    it holds it, positive above), as integers times ``common`` (``alpha``'s denominator):
+    minus :func:`range_scores` below the target, plus above it; non-decreasing."""
+    common = alpha.denominator
+    check_fits_int64(2 * common * max(n, 1), "quantile scores")
+    target = alpha.numerator * n
+    if low is high:
+        return common * low - target, common
+    errors: IntArray = np.maximum(common * low - target, 0)
+    errors += np.minimum(common * high - target, 0)
+    return errors, common
 
 
 def range_scores(low: IntArray, high: IntArray, n: int, alpha: Fraction) -> tuple[IntArray, int]:
@@ -226,17 +264,28 @@ def _select_single(
     plan: QuantilePlan,
     source: RandomSource,
 ) -> tuple[int, Cut | None]:
-    """One quantile in ``branch``: its grid point, and its cut when the node has children."""
+    """One quantile in ``branch``: its grid point, and its cut when the node has children.
+
+    On grids of more than :data:`ENVELOPE_GRID` points (public), the exponential mechanism
+    by :func:`~.joint.select_on_errors` (work of a fixed number of rounds) instead of
+    ``plan.method`` over every candidate (work linear in them).
+    """
     if node.cuts:
-        points, parts, positions, n = branch.cuts(lattice)
+        offset, positions, n = branch.cut_positions(lattice)
         low = high = positions
     else:
         first, low, high, n = branch.ranks(lattice)
-    scores, common = range_scores(low, high, n, node.alpha)
-    sensitivity = node.sensitivity * common * lattice.parts
-    i = private_choice(scores, node.epsilon, sensitivity, plan.method, source)
+    if plan.num_candidates > ENVELOPE_GRID:
+        errors, common = signed_errors(low, high, n, node.alpha)
+        rate = node.epsilon / (2 * node.sensitivity * common * lattice.parts)
+        i = select_on_errors(errors, rate, source)
+    else:
+        scores, common = range_scores(low, high, n, node.alpha)
+        sensitivity = node.sensitivity * common * lattice.parts
+        i = private_choice(scores, node.epsilon, sensitivity, plan.method, source)
     if node.cuts:
-        return int(points[i]), Cut(int(points[i]), int(parts[i]))
+        cut = branch.cut_at(lattice, offset, i)
+        return cut.point, cut
     return first + i, None
 
 
@@ -250,18 +299,18 @@ def _select_pair_node(
     """Two quantiles in ``branch`` at once (:mod:`.joint`): their grid points, and their cuts
     when the node has children."""
     assert node.second_alpha is not None
+    alphas = (node.alpha, node.second_alpha)
     if node.cuts:
-        points, parts, positions, n = branch.cuts(lattice)
-        low = high = positions
+        offset, positions, n = branch.cut_positions(lattice)
+        first_scores, second_scores, common = range_errors(positions, None, n, alphas)
     else:
         first, low, high, n = branch.ranks(lattice)
+        first_scores, second_scores, common = range_errors(low, high, n, alphas)
     scale = lattice.parts
-    alphas = (node.alpha, node.second_alpha)
-    first_scores, second_scores, common = pair_scores(low, high - low, n - high, alphas)
     rate = node.epsilon / (2 * node.sensitivity * common * scale)
     i, j = select_pair(first_scores, second_scores, rate, source)
     if node.cuts:
-        cuts = (Cut(int(points[i]), int(parts[i])), Cut(int(points[j]), int(parts[j])))
+        cuts = (branch.cut_at(lattice, offset, i), branch.cut_at(lattice, offset, j))
         return (cuts[0].point, cuts[1].point), cuts
     return (first + i, first + j), None
 

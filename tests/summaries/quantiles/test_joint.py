@@ -17,10 +17,12 @@ from beam_dp.mechanisms import SecureRandom
 from beam_dp.summaries.histogram import Grid
 from beam_dp.summaries.quantiles import joint, plan_quantiles, select_quantiles
 from beam_dp.summaries.quantiles.joint import (
+    _LEVEL_MASS,
     _draw_pair,
     _pair_envelope,
     _pair_rounds,
     _pieces,
+    _sorted_pairs_in,
     pair_scores,
     pair_sensitivity,
     select_pair,
@@ -223,31 +225,32 @@ def test_the_six_pieces_cover_every_sorted_pair_once_with_its_utility() -> None:
         a, b = _monotone_scores(rng, d)
         seen: dict[tuple[int, int], int] = {}
         for piece in _pieces(a, b, rate2):
-            families = piece.families
-            if piece.grouped == "product":
-                first, second = families
+            if piece.box is None:
+                first, second = piece.families
                 pairs = [
-                    (int(first.positions[r]), int(second.positions[s]), r, s)
-                    for r in range(first.positions.size)
-                    for s in range(second.positions.size)
-                    if first.positions[r] <= second.positions[s]
+                    (first.start + r, second.start + s, r, s)
+                    for r in range(first.size)
+                    for s in range(second.size)
+                    if first.start + r <= second.start + s
                 ]
                 score = {
-                    (i, j): first.floor
-                    + int(first.offsets[r])
-                    + second.floor
-                    + int(second.offsets[s])
+                    (i, j): first.floor + first.offset(r) + second.floor + second.offset(s)
                     for i, j, r, s in pairs
                 }
             else:
-                (family,) = families
-                assert piece.low is not None and piece.high is not None
-                score = {}
-                for r in range(family.positions.size):
-                    own = int(family.positions[r])
-                    for partner in range(int(piece.low[r]), int(piece.high[r]) + 1):
-                        pair = (own, partner) if piece.grouped == "first" else (partner, own)
-                        score[pair] = family.floor + int(family.offsets[r])
+                # Every pair number of the box, level by level: each its own pair, its mass
+                # the envelope's.
+                box = piece.box
+                score, mass = {}, 0
+                numbers = box.counts_before[-1] + sum(
+                    _sorted_pairs_in(*rectangle) for rectangle in box._rectangles(-1)
+                )
+                for number in range(numbers):
+                    i, j, level = box.pair(number)
+                    assert (i, j) not in score
+                    score[(i, j)] = box.utility(i, j)
+                    mass += _LEVEL_MASS[level]
+                assert mass == box.total
             for (i, j), value in score.items():
                 assert i <= j
                 assert (i, j) not in seen

@@ -27,7 +27,9 @@ from beam_dp.summaries.quantiles.joint import (
     PAIR_ROUNDS,
     _draw_pair,
     _pair_envelope,
+    _point_envelope,
     pair_scores,
+    select_on_errors,
     select_pair,
 )
 
@@ -190,3 +192,61 @@ def test_the_padded_sampler_follows_the_exact_law(rounds: int) -> None:
             observed[position[_draw_pair(envelope, source, rounds)[:2]]] += 1
         expected = np.array([law[pair] for pair in pairs])
         assert chi_square_pvalue(observed, expected) > 1e-3, (seed, rounds)
+
+
+def _exact_point_law(errors: npt.NDArray[np.int64], rate: Fraction) -> npt.NDArray[np.float64]:
+    weights = np.array([math.exp(-float(rate) * abs(int(e))) for e in errors])
+    return weights / weights.sum()
+
+
+@pytest.mark.parametrize("rounds", [1, 3, pytest.param(PAIR_ROUNDS, marks=pytest.mark.slow)])
+def test_the_single_sampler_follows_the_exact_law(rounds: int) -> None:
+    # select_on_errors (single nodes on fine grids): fixed seeds, 3 000 draws per case against
+    # exp(-rate |e|) normalised: errors on both sides, ties at 0, one side only, one candidate.
+    cases = [
+        (np.array([-5, -4, -4, -3, 1, 4, 5]), Fraction(1)),
+        (np.array([-3, -3, -2, 0, 0, 2, 3, 5]), Fraction(1, 2)),
+        (np.array([-6, -2, -1]), Fraction(5, 2)),
+        (np.array([1, 2, 3, 9]), Fraction(4, 3)),
+        (np.array([7]), Fraction(1)),
+    ]
+    for seed, (errors, rate) in enumerate(cases):
+        errors = errors.astype(np.int64)
+        envelope = _point_envelope(errors, rate)
+        source = seeded(200 + seed)
+        observed = np.zeros(errors.size, dtype=np.int64)
+        for _ in range(3_000 if rounds < PAIR_ROUNDS else 600):
+            observed[_draw_pair(envelope, source, rounds)[0]] += 1
+        assert chi_square_pvalue(observed, _exact_point_law(errors, rate)) > 1e-3, seed
+
+
+@pytest.mark.parametrize("rate", [Fraction(1, 40), Fraction(1, 3), Fraction(7, 2)])
+def test_the_single_sampler_makes_the_same_requests_on_any_errors_of_one_size(
+    rate: Fraction,
+) -> None:
+    # Its work is a function of the number of candidates: PAIR_ROUNDS rounds of 9 words,
+    # on errors from spread values, a tie block, an empty branch, one side only.
+    rng = np.random.default_rng(8)
+    errors = [
+        np.sort(rng.integers(-40, 40, D)),
+        np.sort(rng.integers(-40, 40, D)) + 1,
+        np.where(np.arange(D) < 20, -500, np.where(np.arange(D) > 20, 500, 0)),
+        np.zeros(D, dtype=np.int64),
+        np.arange(D) + 3,
+        -np.arange(D)[::-1] * 1000,
+    ]
+    for seed in range(3):
+        logs = []
+        for e in errors:
+            source = WorkLog(seed)
+            select_on_errors(e.astype(np.int64), rate, source)
+            logs.append(source.log)
+        assert logs[0][0] == ("words64", PAIR_ROUNDS * 9)
+        assert all(log == logs[0] for log in logs), seed
+
+
+def test_the_single_sampler_refuses_unsorted_errors() -> None:
+    with pytest.raises(ValueError, match="non-decreasing"):
+        select_on_errors(np.array([1, 0]), Fraction(1), seeded(1))
+    with pytest.raises(ValueError, match="non-empty"):
+        select_on_errors(np.array([], dtype=np.int64), Fraction(1), seeded(1))

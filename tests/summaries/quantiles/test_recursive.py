@@ -560,3 +560,39 @@ def test_pair_nodes_at_the_call_site_cost_at_most_epsilon(
     assert budget / 2 < loss <= budget + 1e-9
     mutant(monkeypatch, "_select_pair_node", *PAIR_MUTANT)
     assert pair_call_losses(run, x, y, calls) > budget
+
+
+@pytest.mark.parametrize("split", ["recursive", "joint"])
+def test_single_nodes_on_fine_grids_draw_by_the_envelope(
+    monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
+    """Above ENVELOPE_GRID points every single node draws with select_on_errors (a fixed
+    number of rounds), below it with plan.method over every candidate; the envelope's draws
+    land where the exact law puts them (epsilon 50: the best points)."""
+    drawn: list[int] = []
+    chosen: list[int] = []
+    original = recursive.select_on_errors
+
+    def recording(errors: np.ndarray, rate: Fraction, source: Any) -> int:
+        drawn.append(errors.size)
+        return int(original(errors, rate, source))
+
+    def choosing(scores: np.ndarray, *args: Any) -> int:
+        chosen.append(scores.size)
+        return int(np.argmax(scores))
+
+    monkeypatch.setattr(recursive, "select_on_errors", recording)
+    monkeypatch.setattr(recursive, "private_choice", choosing)
+    values = np.linspace(10.0, 90.0, 2_001)
+    quantiles = [0.25, 0.5, 0.75] if split == "recursive" else [0.2, 0.4, 0.5, 0.6, 0.8]
+    for points, fine in ((recursive.ENVELOPE_GRID + 1, True), (1_001, False)):
+        drawn.clear()
+        chosen.clear()
+        grid = Grid.uniform(0.0, 100.0, points)
+        plan = plan_quantiles(quantiles, epsilon=50.0, num_candidates=points, split=split)
+        selection = select_quantiles(grid.histogram(values), grid, plan)
+        singles = sum(node.second_target is None for node in plan.nodes)
+        assert singles > 0
+        assert (len(drawn), len(chosen)) == ((singles, 0) if fine else (0, singles))
+        truth = np.quantile(values, quantiles)
+        assert np.max(np.abs(np.array(selection.values) - truth)) < 1.0
