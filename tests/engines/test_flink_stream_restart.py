@@ -6,18 +6,21 @@ One chain of three runs on one state (cheaper than two chains that each start fr
 each restart is one of the two cases):
 
 1. the job publishes windows and is **stopped** (``--stop_after_windows 2``: it cancels its
-   Flink job and ends, as ``--stop_file`` does);
+   Flink job, waits until the cluster says it ended, and ends, as ``--stop_file`` does;
+   Beam's cancel alone leaves the Flink job running, holding its slot);
 2. restarted, it goes on and publishes a window; then its **TaskManager and its job process are
-   SIGKILLed** (a lost machine: no hook runs). The Flink job the dead process submitted is
-   cancelled, as an operator does before a restart (it would hold the cluster's two slots),
-   and a new TaskManager is started;
+   SIGKILLed** (a lost machine: no hook runs) and a new TaskManager is started. The Flink job
+   the dead process submitted is left as it is: the restart cancels it (by its name, through
+   Flink's REST API, ``--flink_master``) before it settles the state;
 3. restarted again, it goes on and publishes a window.
 
 Shards land throughout (every second), each with 20 new people and one ``spammer``;
 ``--max_windows_per_unit 2``. Checked: every window released once (``release.json``,
 ``releases.jsonl``), charged once (one ledger run per window, each published window's run
-committed, one committed run per published window); the spammer is in exactly the 2 windows of
-the first run and in none of the later runs' windows, which admit other people. Each window's
+committed, one committed run per published window); no Flink job still running once a run
+ended (run 1's, before this fix, stayed RUNNING: the restart found no slot); the spammer is in
+exactly the 2 windows of the first run and in none of the later runs' windows, which admit
+other people. Each window's
 persons are those its commit names (``scratch/<run>/<window>.json``: the keyed hashes of the
 persons the pipeline admitted, the identity the restarts count by).
 """
@@ -121,6 +124,11 @@ def _wait_for(
         time.sleep(0.5)
 
 
+def _running(cluster: Any) -> list[str]:
+    """The cluster's jobs that have not ended."""
+    return [job["jid"] for job in cluster.jobs() if job["state"] not in stream.FLINK_ENDED]
+
+
 def _published(state: Path, run: int) -> list[int]:
     """The windows published from run ``run``'s commits."""
     found = stream.StreamState(str(state)).windows()
@@ -131,15 +139,6 @@ def _published(state: Path, run: int) -> list[int]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "open (issue 37): on the loaded 2-core CI machine run 2 fails right after run 1's "
-        "stop with Flink's NoResourceAvailableException (the stopped job's slots not yet "
-        "free); it passed twice when written. Waiting for the cancelled pipeline's end "
-        "before exiting did not fix it: to diagnose"
-    ),
-)
 def test_the_stream_job_goes_on_after_a_stop_and_after_a_kill_on_a_flink_cluster(
     flink_cluster: Any, tmp_path: Path
 ) -> None:
@@ -162,7 +161,8 @@ def test_the_stream_job_goes_on_after_a_stop_and_after_a_kill_on_a_flink_cluster
                  "--landing", str(landing / "*.csv"), "--state", str(state),
                  "--output", str(out), "--window_seconds", str(WINDOW_SECONDS),
                  "--max_windows_per_unit", "2", "--poll_seconds", "1",
-                 "--ledger", url, "--dataset", "s", *extra, *flink_cluster.flags()],
+                 "--ledger", url, "--dataset", "s", *extra,
+                 *flink_cluster.flags("--flink_master", cluster.master)],
                 stdout=subprocess.DEVNULL, stderr=errors, stdin=subprocess.DEVNULL, env=env,
                 cwd=str(REPO),
             )  # fmt: skip
@@ -182,6 +182,7 @@ def test_the_stream_job_goes_on_after_a_stop_and_after_a_kill_on_a_flink_cluster
     try:
         first = start(1, "--stop_after_windows", "2")  # 1: stopped after 2 windows
         finish(first, 1)
+        assert not _running(cluster), "run 1 ended, its Flink job did not"
         second = start(2)  # 2: goes on, then its TaskManager and process are killed
         try:
             _wait_for(
@@ -194,10 +195,10 @@ def test_the_stream_job_goes_on_after_a_stop_and_after_a_kill_on_a_flink_cluster
             cluster.kill_taskmanager()
             second.send_signal(signal.SIGKILL)
             second.wait()
-            cluster.cancel_running()  # the dead process's Flink job (the operator's step)
         cluster.ensure_taskmanager()
         third = start(3, "--stop_after_windows", "1")  # 3: goes on
         finish(third, 3)
+        assert not _running(cluster), "run 3 ended, its Flink job did not"
     finally:
         lander.stop()
         cluster.cancel_running()
