@@ -67,24 +67,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # The modules whose tests took longest in the clean-clone CI runs (--durations=40 of CI run 4,
-# 2 workers), heaviest first. pytest-xdist's loadgroup scheduler hands out its xdist groups
-# first, then the other tests one by one in collection order: a test of a minute or more
-# collected near the end starts late and runs alone while the other worker is idle. Started
-# first, the long ones overlap and the short ones fill the tail. Order only: a module missing
-# from this list, or one that has become fast, changes no test's outcome.
+# 2 workers), heaviest first (the two audits are xdist groups, below: groups go first anyway).
+# pytest-xdist's loadgroup scheduler hands out its xdist groups first, then the other tests
+# one by one in collection order: a test of a minute or more collected near the end starts
+# late and runs alone while the other worker is idle. Started first, the long ones overlap and
+# the short ones fill the tail. Order only: a module missing from this list, or one that has
+# become fast, changes no test's outcome.
 LONGEST_FIRST = (
-    "tests/pipelines/test_kill_publication.py",
-    "tests/audit/test_window_audit.py",
     "tests/mechanisms/test_selection_distribution.py",
+    "tests/mechanisms/test_ks_cdf.py",
+    "tests/pipelines/test_kill_publication.py",
     "tests/mechanisms/test_ks_timing.py",
-    "tests/audit/test_end_to_end_audit.py",
     "tests/mechanisms/test_privacy_audit.py",
+    "tests/mechanisms/test_per_key_selection.py",
+    "tests/engines/test_job_server_cleanup.py",  # its slow marks come later (engines conftest)
     "tests/beam/test_quantiles.py",
     "tests/mechanisms/test_ks_release.py",
-    "tests/mechanisms/test_ks_cdf.py",
     "tests/benchmarks/test_real_data_smoke.py",
     "tests/benchmarks/test_jointexp_smoke.py",
-    "tests/mechanisms/test_per_key_selection.py",
     "tests/ledger/test_exactly_once.py",
     "tests/test_readme_commands.py",
     "tests/benchmarks/test_jobs_smoke.py",
