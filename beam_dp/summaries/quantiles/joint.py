@@ -132,17 +132,22 @@ def pair_scores(
 
 
 def range_errors(
-    low: IntArray, high: IntArray | None, n: int, alphas: tuple[Fraction, Fraction]
+    low: IntArray,
+    high: IntArray | None,
+    n: int,
+    alphas: tuple[Fraction, Fraction],
+    shift: int = 0,
 ) -> tuple[IntArray, IntArray, int]:
-    """:func:`pair_scores` of candidates with rank ranges ``[low, high]`` in ``n`` values
-    (``high`` ``None``: cuts, ``high == low``), with fewer passes over the candidates."""
+    """:func:`pair_scores` of candidates with rank ranges ``[low - shift, high - shift]`` in
+    ``n`` values (``high`` ``None``: cuts, ``high == low``), with fewer passes over them."""
     first, second = alphas
     common = math.lcm(first.denominator, second.denominator)
-    check_fits_int64(4 * common * max(n, 0), "joint quantile scores")
-    targets = [int(alpha * common) * n for alpha in alphas]
+    check_fits_int64(4 * common * (abs(shift) + max(n, 0)), "joint quantile scores")
+    targets = [int(alpha * common) * n + common * shift for alpha in alphas]
     scaled_low = common * low
     if high is None:
-        return scaled_low - targets[0], scaled_low - targets[1], common
+        scaled_low -= targets[0]
+        return scaled_low, scaled_low - (targets[1] - targets[0]), common
     scaled_high = common * high
     signed = []
     for target in targets:

@@ -145,6 +145,16 @@ class _Lattice:
         self.below: IntArray = cumulative[0:-1:2] * parts
         self.equal: IntArray = counts[1::2].astype(np.int64)
         self.total = int(cumulative[-1]) * parts
+        self._cuts: IntArray | None = None
+
+    @property
+    def cuts(self) -> IntArray:
+        """The position of every cut ``(j, t)`` of the grid, at ``j (Q + 1) + t`` (computed
+        once per release: a branch's cuts are a slice of it)."""
+        if self._cuts is None:
+            steps = np.arange(self.parts + 1, dtype=np.int64)
+            self._cuts = (self.below[:, None] + steps * self.equal[:, None]).reshape(-1)
+        return self._cuts
 
     @property
     def num_points(self) -> int:
@@ -201,27 +211,24 @@ class _Branch:
     def cuts(self, lattice: _Lattice) -> tuple[IntArray, IntArray, IntArray, int]:
         """``(points, parts, positions, n)``: every cut in the branch, in order, with its
         position in the branch (units of ``1 / Q``) and the branch's weight ``n``."""
-        offset, positions, n = self.cut_positions(lattice)
+        offset, positions, start, n = self.cut_positions(lattice)
         width = lattice.parts + 1
         first, _ = self.points(lattice.num_points)
         index = np.arange(offset, offset + positions.size, dtype=np.int64)
         points, parts = np.divmod(index, width)
-        return points + first, parts, positions, n
+        return points + first, parts, positions - start, n
 
-    def cut_positions(self, lattice: _Lattice) -> tuple[int, IntArray, int]:
-        """``(offset, positions, n)``: the positions of :meth:`cuts` alone; cut ``i`` of the
+    def cut_positions(self, lattice: _Lattice) -> tuple[int, IntArray, int, int]:
+        """``(offset, positions, start, n)``: the positions of :meth:`cuts` in the whole data
+        (a view of :attr:`_Lattice.cuts`; minus ``start`` in the branch); cut ``i`` of the
         branch is part ``(offset + i) % (Q + 1)`` of grid point ``first + (offset + i) //
         (Q + 1)`` (:meth:`cut_at`)."""
         first, last = self.points(lattice.num_points)
         start, end = self._ends(lattice)
         width = lattice.parts + 1
-        steps = np.arange(width, dtype=np.int64)
-        grid = lattice.below[first : last + 1, None] + steps * lattice.equal[first : last + 1, None]
-        grid -= start
-        every = grid.reshape(-1)
         offset = 0 if self.low is None else self.low.part
-        stop = every.size if self.high is None else every.size - (lattice.parts - self.high.part)
-        return offset, every[offset:stop], end - start
+        stop = (last + 1) * width if self.high is None else last * width + self.high.part + 1
+        return offset, lattice.cuts[first * width + offset : stop], start, end - start
 
     def cut_at(self, lattice: _Lattice, offset: int, i: int) -> Cut:
         """Cut ``i`` of :meth:`cut_positions`."""
@@ -230,13 +237,16 @@ class _Branch:
         return Cut(first + point, part)
 
 
-def signed_errors(low: IntArray, high: IntArray, n: int, alpha: Fraction) -> tuple[IntArray, int]:
-    """The signed distance from ``alpha n`` to every candidate's range ``[low, high]`` (0 when
-    it holds it, positive above), as integers times ``common`` (``alpha``'s denominator):
-    minus :func:`range_scores` below the target, plus above it; non-decreasing."""
+def signed_errors(
+    low: IntArray, high: IntArray, n: int, alpha: Fraction, shift: int = 0
+) -> tuple[IntArray, int]:
+    """The signed distance from ``alpha n`` to every candidate's range ``[low - shift, high -
+    shift]`` (0 when it holds it, positive above), as integers times ``common`` (``alpha``'s
+    denominator): minus :func:`range_scores` below the target, plus above it; non-decreasing.
+    """
     common = alpha.denominator
-    check_fits_int64(2 * common * max(n, 1), "quantile scores")
-    target = alpha.numerator * n
+    check_fits_int64(2 * common * (abs(shift) + max(n, 1)), "quantile scores")
+    target = alpha.numerator * n + common * shift
     if low is high:
         return common * low - target, common
     errors: IntArray = np.maximum(common * low - target, 0)
@@ -270,16 +280,19 @@ def _select_single(
     by :func:`~.joint.select_on_errors` (work of a fixed number of rounds) instead of
     ``plan.method`` over every candidate (work linear in them).
     """
+    shift = 0
     if node.cuts:
-        offset, positions, n = branch.cut_positions(lattice)
+        offset, positions, shift, n = branch.cut_positions(lattice)
         low = high = positions
     else:
         first, low, high, n = branch.ranks(lattice)
     if plan.num_candidates > ENVELOPE_GRID:
-        errors, common = signed_errors(low, high, n, node.alpha)
+        errors, common = signed_errors(low, high, n, node.alpha, shift)
         rate = node.epsilon / (2 * node.sensitivity * common * lattice.parts)
         i = select_on_errors(errors, rate, source)
     else:
+        if node.cuts:
+            low = high = positions - shift
         scores, common = range_scores(low, high, n, node.alpha)
         sensitivity = node.sensitivity * common * lattice.parts
         i = private_choice(scores, node.epsilon, sensitivity, plan.method, source)
@@ -301,8 +314,8 @@ def _select_pair_node(
     assert node.second_alpha is not None
     alphas = (node.alpha, node.second_alpha)
     if node.cuts:
-        offset, positions, n = branch.cut_positions(lattice)
-        first_scores, second_scores, common = range_errors(positions, None, n, alphas)
+        offset, positions, shift, n = branch.cut_positions(lattice)
+        first_scores, second_scores, common = range_errors(positions, None, n, alphas, shift)
     else:
         first, low, high, n = branch.ranks(lattice)
         first_scores, second_scores, common = range_errors(low, high, n, alphas)
