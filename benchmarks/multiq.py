@@ -39,7 +39,7 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from beam_dp.summaries.histogram import Grid, GridHistogram
+from beam_dp.summaries.histogram import MAX_GRID_POINTS, Grid, GridHistogram
 from beam_dp.summaries.quantiles import plan_quantiles, select_quantiles
 from benchmarks.anchors_quantiles import kaplan_quantiles, slice_quantiles, spread_ties
 
@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--anchor-rows", type=int, default=300_000)
     parser.add_argument("--grid-bits", type=int, default=12)
     parser.add_argument("--quick", action="store_true", help="small data, 2 releases, m 10, 50")
+    parser.add_argument(
+        "--columns", nargs="*", default=["47% tie", "continuous", "bimodal"], help="which columns"
+    )
     args = parser.parse_args(argv)
     tie_rows = 590_000
     if args.quick:
@@ -217,12 +220,13 @@ def main(argv: list[str] | None = None) -> None:
     for m in args.m:
         print(run(m, args.releases, args.tie_parts, values), flush=True)
     rng = np.random.default_rng()
-    fine = Grid.uniform(0.0, 100.0, 2**args.grid_bits + 1)
+    fine = Grid.uniform(0.0, 100.0, min(2**args.grid_bits + 1, MAX_GRID_POINTS))
     columns = [
         Column("47% tie", values, GRID, integer=True),
         Column("continuous", continuous(args.anchor_rows, rng), fine, integer=False),
         Column("bimodal", bimodal(args.anchor_rows, rng), fine, integer=False),
     ]
+    columns = [column for column in columns if column.name in args.columns]
     anchors_table(columns, args.m, args.epsilons, args.releases)
 
 
