@@ -53,13 +53,6 @@ if TYPE_CHECKING:
     from beam_dp.scores import Revenue as Revenue
     from beam_dp.summaries.histogram import Grid as Grid
 
-if TYPE_CHECKING:  # not public: see _FOR_THE_STREAM_JOB
-    from beam_dp.jobs import WindowAdmissions as WindowAdmissions
-    from beam_dp.jobs import canonical_hash64 as canonical_hash64
-    from beam_dp.jobs import data_error as data_error
-    from beam_dp.jobs import ledger_entries_to_record as ledger_entries_to_record
-    from beam_dp.jobs import stream_runner as stream_runner
-    from beam_dp.jobs import write_outputs as write_outputs
 
 __all__ = [
     "RELEASE_AVRO_SCHEMA",
@@ -132,22 +125,9 @@ _WHERE = {
     "telemetry": "beam_dp.telemetry",
 }
 
-#: Names of :mod:`beam_dp.jobs` that pipelines/stream.py still imports from here: not public,
-#: and gone once stream.py imports them from beam_dp.jobs (with the second TYPE_CHECKING block).
-_FOR_THE_STREAM_JOB = frozenset(
-    {
-        "WindowAdmissions",
-        "canonical_hash64",
-        "data_error",
-        "ledger_entries_to_record",
-        "stream_runner",
-        "write_outputs",
-    }
-)
-
 
 def __getattr__(name: str) -> Any:
-    where = "beam_dp.jobs" if name in _FOR_THE_STREAM_JOB else _WHERE.get(name)
+    where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'beam_dp' has no attribute {name!r}")
     module = importlib.import_module(where)

@@ -185,13 +185,8 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.transforms.combiners import ToListCombineFn
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
-from beam_dp import (
-    BeamDPError,
-    LedgerEntry,
-    PrivacyBudget,
-    ReadExport,
-    Release,
-    SkippedFile,
+from beam_dp import BeamDPError, LedgerEntry, PrivacyBudget, ReadExport, Release, SkippedFile
+from beam_dp.jobs import (
     WindowAdmissions,
     canonical_hash64,
     data_error,

@@ -27,9 +27,6 @@ PUBLIC = {
     "beam_dp.ledger": set(beam_dp.ledger.__all__),
     "beam_dp.jobs": set(beam_dp.jobs.__all__),
 }
-#: The names pipelines/stream.py still imports from beam_dp, not beam_dp.jobs (a transition:
-#: it goes with beam_dp._FOR_THE_STREAM_JOB once stream.py's import is switched).
-STREAM_TRANSITION = {"stream.py": set(beam_dp._FOR_THE_STREAM_JOB)}
 
 
 def _beam_dp_imports(path: Path) -> list[tuple[str, str | None]]:
@@ -47,10 +44,7 @@ def _beam_dp_imports(path: Path) -> list[tuple[str, str | None]]:
 def test_jobs_import_the_public_surface_only(path: Path) -> None:
     for module, name in _beam_dp_imports(path):
         assert module in PUBLIC, f"{path.name} imports from {module}: not a public module"
-        allowed = PUBLIC[module]
-        if module == "beam_dp":
-            allowed = allowed | STREAM_TRANSITION.get(path.name, set())
-        assert name in allowed, f"{path.name} imports {name} from {module}: not public"
+        assert name in PUBLIC[module], f"{path.name} imports {name} from {module}: not public"
 
 
 def test_every_public_name_resolves_to_one_definition() -> None:
@@ -77,16 +71,15 @@ def test_the_typing_imports_and_the_lazy_table_follow_all() -> None:
                     typed[alias.name] = statement.module
     # a module (telemetry) is imported from its package
     lazy = {name: where.removesuffix(f".{name}") for name, where in beam_dp._WHERE.items()}
-    transition = {name: "beam_dp.jobs" for name in beam_dp._FOR_THE_STREAM_JOB}
-    assert typed == {**lazy, **transition}
+    assert typed == lazy
     assert len(beam_dp.__all__) == len(set(beam_dp.__all__)) == len(beam_dp._WHERE)
 
 
 def test_the_jobs_names_are_not_the_librarys() -> None:
     assert not set(beam_dp.jobs.__all__) & set(beam_dp.__all__)
-    for name in beam_dp._FOR_THE_STREAM_JOB:  # the transition serves the same objects
-        assert name in beam_dp.jobs.__all__
-        assert getattr(beam_dp, name) is getattr(beam_dp.jobs, name)
+    for name in beam_dp.jobs.__all__:  # no second door: the jobs' names are not beam_dp's
+        with pytest.raises(AttributeError):
+            getattr(beam_dp, name)
 
 
 def test_importing_beam_dp_does_not_load_beam() -> None:
