@@ -517,7 +517,13 @@ def means(args: argparse.Namespace, datasets: list[Dataset]) -> list[str]:
                 kept = data.values[bound_uniformly(data, b, rng)]
                 summary = ExactSum(data.lower, data.upper)
                 summary.add(kept)
-                plan = plan_mean(grid, epsilon=epsilon, relation="add_remove", max_contributions=b)
+                plan = plan_mean(  # the grid selection this table has measured since it began
+                    grid,
+                    epsilon=epsilon,
+                    relation="add_remove",
+                    max_contributions=b,
+                    estimator="selection",
+                )
                 errors.append(abs(select_mean(summary, plan).value - truth))
                 biases.append(abs(float(kept.mean()) - truth))
                 chosen.append(b)

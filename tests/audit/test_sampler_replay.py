@@ -331,12 +331,12 @@ REPLAYS: dict[tuple[str, str], tuple[str, ...]] = {
         "independent_quantiles",
         "coarse_to_fine",
         "coarse_to_fine_quantiles",
-        "mean",
+        "mean_selection",
         "auto_rows",
-        "auto_rows_mean",
         "auto_rows_per_key",
         "auto_keys",
     ),
+    ("beam_dp.summaries.quantiles.mean", "noisy_sum_and_count"): ("mean", "auto_rows_mean"),
     ("beam_dp.summaries.contribution_bounds", "select"): (
         "auto_rows",
         "auto_rows_mean",
@@ -448,7 +448,7 @@ def test_the_replay_fails_on_selection_coins_flipped_by_bits(
     monkeypatch.setattr(
         beam_dp.mechanisms.selection, "bernoulli_exp_multiples", bernoulli_exp_multiples_walk
     )
-    with pytest.raises(AssertionError, match=r"beam_dp\.beam\.selection"):
+    with pytest.raises(AssertionError, match=r"beam_dp\.summaries\.selection"):
         assert_equal_work(first, second, seeds=(0,))
 
 

@@ -87,6 +87,16 @@ def test_a_transform_answers_its_ledger_mechanism_and_rounds() -> None:
     mean = PrivateMean.PerKey(
         lower=0.0, upper=1.0, record_level=True, epsilon=1.0, keys=["a"], method="exponential"
     )
+    assert (mean.mechanism, mean.rounds) == ("laplace", 1)  # noisy sums, whatever the method
+    mean = PrivateMean.PerKey(
+        lower=0.0,
+        upper=1.0,
+        record_level=True,
+        epsilon=1.0,
+        keys=["a"],
+        method="exponential",
+        estimator="selection",
+    )
     assert (mean.mechanism, mean.rounds) == ("exponential", 1)
     # A share requested with what the transform answers is accepted by it.
     budget = PrivacyBudget(1.0)

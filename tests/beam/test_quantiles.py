@@ -499,6 +499,7 @@ def test_mean_with_both_relations() -> None:
             "unit_column": None,
             "record_level": True,
             "num_points": 101,
+            "estimator": "selection",  # the grid selection (noisy sums: test_mean_noisy_sums)
         }
         return (
             data | "ar" >> PrivateMean.Globally(**common),
