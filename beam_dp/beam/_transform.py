@@ -66,6 +66,7 @@ from beam_dp.mechanisms import Method, RandomSource
 from beam_dp.mechanisms.selection import check_method
 from beam_dp.release import Release
 from beam_dp.summaries.histogram import Grid
+from beam_dp.summaries.selection import mechanism_name
 
 __all__ = [
     "Built",
@@ -349,11 +350,6 @@ def _is_pcollection(value: object) -> bool:
 
 
 # -------------------------------------------------------------------------------- budget
-
-
-def mechanism_name(method: Method, k: int) -> str:
-    """The ledger's mechanism name for ``k`` selections with ``method``."""
-    return method if k == 1 else f"{method}_top_k"
 
 
 @dataclass(frozen=True)
